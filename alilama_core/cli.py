@@ -1,0 +1,168 @@
+"""The ``alilama`` command line: one sub-app per noun; plugins add their own.
+
+Heavy imports (torch) happen inside commands, so ``alilama --help`` is fast.
+Errors that Alilama raises on purpose are printed as one clear line and exit 1.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from typer.core import TyperGroup
+
+from alilama_core.errors import AlilamaError
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+class _Group(TyperGroup):
+    """Turns Alilama's own errors into one clear line and exit status 1 (no traceback)."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except AlilamaError as exc:
+            err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+            raise typer.Exit(1) from None
+
+
+app = typer.Typer(
+    cls=_Group,
+    name="alilama",
+    help="Train, study and share small GPT-style language models.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+model_app = typer.Typer(help="Inspect model configurations.", no_args_is_help=True)
+app.add_typer(model_app, name="model")
+
+# Shared option aliases.
+ConfigOpt = Annotated[
+    Optional[str], typer.Option("--config", "-c", help="YAML or JSON config file.")
+]
+PresetOpt = Annotated[
+    Optional[str], typer.Option("--preset", "-p", help="Named preset: essay, tiny.")
+]
+OverridesArg = Annotated[
+    Optional[list[str]],
+    typer.Argument(help="Overrides as section.field=value, e.g. model.n_layers=4 model.positional=rope."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def resolve_config(config: str | None, preset_name: str | None, overrides: list[str] | None):
+    """Config from a file or a preset (default ``essay``), then overrides; validated."""
+    from alilama_core import config as cfgmod
+
+    if config and preset_name:
+        raise AlilamaError("give either --config or --preset, not both")
+    cfg = cfgmod.load(config) if config else cfgmod.preset(preset_name or "essay")
+    return cfgmod.apply_overrides(cfg, overrides).validate()
+
+
+@app.command("plugins")
+def plugins_cmd(as_json: JsonOpt = False) -> None:
+    """List installed plugins: distribution, version, what each registers, and availability."""
+    from alilama_core.registry import get_registry
+
+    reg = get_registry()
+    rows = []
+    for kind, table in reg.tables().items():
+        for name, entry in sorted(table.items()):
+            status, reason = "ok", ""
+            if kind == "attention":
+                try:
+                    from alilama_core.interfaces import attention_backend
+
+                    reason = attention_backend(entry.resolve()).available() or ""
+                except Exception as exc:  # an import error is shown, not raised
+                    reason = f"{type(exc).__name__}: {exc}"
+                status = "unavailable" if reason else "ok"
+            rows.append(
+                dict(
+                    kind=kind,
+                    name=name,
+                    plugin=entry.plugin,
+                    distribution=entry.distribution,
+                    version=entry.version,
+                    available=status == "ok",
+                    reason=reason,
+                    description=entry.meta.get("description", ""),
+                )
+            )
+    failures = [vars(f) for f in reg.failures()]
+    if as_json:
+        print(json.dumps({"registered": rows, "failed": failures}, indent=2))
+        return
+    table = Table(title="Alilama plugins")
+    for col in ("kind", "name", "plugin", "distribution", "version", "status"):
+        table.add_column(col)
+    for r in rows:
+        status = "[green]ok[/]" if r["available"] else f"[yellow]unavailable[/]: {r['reason']}"
+        table.add_row(r["kind"], r["name"], r["plugin"], r["distribution"], r["version"], status)
+    console.print(table)
+    for f in failures:
+        err_console.print(
+            f"[yellow]warning:[/] plugin {f['plugin']!r} ({f['distribution']}) failed to load and "
+            f"was skipped: {f['error']}",
+            highlight=False,
+        )
+
+
+@model_app.command("info")
+def model_info(
+    config: ConfigOpt = None,
+    preset: PresetOpt = None,
+    overrides: OverridesArg = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Build a model from a config and print its parameter table, plugins and bias memory."""
+    from alilama_core.info import model_report
+
+    cfg = resolve_config(config, preset, overrides)
+    report = model_report(cfg.model)
+    if as_json:
+        print(json.dumps(report, indent=2))
+        return
+    table = Table(title=f"Parameters ({report['parameters']:,} total, tied head counted once)")
+    for col in ("parameter", "shape", "copies", "parameters"):
+        table.add_column(col, justify="left" if col in ("parameter", "shape") else "right")
+    for row in report["table"]:
+        table.add_row(row["name"], str(tuple(row["shape"])), str(row["count"]), f"{row['numel']:,}")
+    console.print(table)
+    m = cfg.model
+    console.print(
+        f"model: d_model={m.d_model} n_layers={m.n_layers} n_heads={m.n_heads} d_mlp={m.d_mlp} "
+        f"context={m.context_length} vocab={m.vocab_size}",
+        highlight=False,
+    )
+    for kind in ("positional", "attention"):
+        p = report["plugins"][kind]
+        console.print(
+            f"{kind}: {p['name']} ({p['distribution']} {p['version']}; {p['detail']})",
+            highlight=False,
+            markup=False,
+        )
+    console.print(f"bias memory: {report['bias_memory']}", highlight=False, markup=False)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point."""
+    from alilama_core.registry import get_registry
+
+    get_registry().add_commands(app)
+    app(args=argv)
+
+
+def get_app() -> typer.Typer:
+    """The app with plugin commands added (for ``typer.testing.CliRunner``)."""
+    from alilama_core.registry import get_registry
+
+    get_registry().add_commands(app)
+    return app

@@ -1,0 +1,248 @@
+"""Configs as plain dataclasses: plugin choices are string names, so a config is data.
+
+A config saves to and loads from YAML or JSON, and any field can be overridden
+with ``section.field=value`` (the value is read as YAML, so ``4``, ``0.1``,
+``true`` and ``alibi`` all mean what they look like)::
+
+    >>> cfg = preset("essay")
+    >>> cfg = apply_overrides(cfg, ["model.n_layers=4", "model.positional=rope"])
+    >>> cfg.model.n_layers, cfg.model.positional
+    (4, 'rope')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+import types
+import typing
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from alilama_core.errors import ConfigError
+
+T = TypeVar("T")
+
+
+@dataclass
+class ModelConfig:
+    """The model's shape and its plugin choices (registry names)."""
+
+    vocab_size: int = 4096
+    d_model: int = 128
+    n_layers: int = 8
+    n_heads: int = 8
+    d_mlp: int = 512
+    context_length: int = 128
+    positional: str = "alibi"
+    attention: str = "sdpa"
+    dropout: float = 0.0
+    bias: bool = True
+    """Biases in the linear layers."""
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    init_std: float | None = None
+    """``None``: Xavier-uniform for every matrix, as in the essay; a number: normal(0, std)."""
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    def validate(self, check_plugins: bool = True) -> "ModelConfig":
+        """Check values and the positional × attention pair; raise ``ConfigError`` naming the fix."""
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_mlp", "context_length"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"model.{name} must be a positive integer, got {value!r}")
+        if self.d_model % self.n_heads:
+            raise ConfigError(
+                f"model.d_model ({self.d_model}) must be divisible by model.n_heads ({self.n_heads})"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout!r}")
+        if check_plugins:
+            check_compatibility(self.positional, self.attention)
+        return self
+
+
+@dataclass
+class Config:
+    """The root config. Later sections (data, training) sit beside ``model``."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+
+    def validate(self, check_plugins: bool = True) -> "Config":
+        self.model.validate(check_plugins)
+        return self
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # The essay's ~2M-parameter ALiBi GPT for TinyStories.
+    "essay": {"model": {}},
+    # Small enough for unit tests and CI.
+    "tiny": {
+        "model": dict(vocab_size=512, d_model=32, n_layers=2, n_heads=4, d_mlp=64, context_length=64)
+    },
+}
+
+
+def preset(name: str) -> Config:
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset {name!r}; available: {', '.join(sorted(PRESETS))}")
+    return from_dict(Config, PRESETS[name])
+
+
+def check_compatibility(positional: str, attention: str) -> None:
+    """Raise ``ConfigError`` if the backend cannot take the scheme's positional information."""
+    from alilama_core.interfaces import attention_backend
+    from alilama_core.registry import get_registry
+
+    reg = get_registry()
+    scheme = reg.get("positional", positional)
+    backend = attention_backend(reg.get("attention", attention))
+    if not backend.supports(scheme):
+        works = []
+        for name in reg.names("attention"):
+            try:
+                if attention_backend(reg.get("attention", name)).supports(scheme):
+                    works.append(name)
+            except Exception:  # an unimportable backend simply is not suggested
+                continue
+        raise ConfigError(
+            f"attention backend {attention!r} cannot apply positional scheme {positional!r} "
+            f"(a {scheme.kind} scheme; {attention!r} accepts bias: {backend.bias}). "
+            f"Backends that work with {positional!r}: {', '.join(works) or 'none'}."
+        )
+
+
+# -- (de)serialisation ---------------------------------------------------------------
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    return asdict(cfg)
+
+
+def from_dict(cls: type[T], data: dict[str, Any], where: str = "") -> T:
+    """Build dataclass ``cls`` from nested ``data``; unknown keys raise ``ConfigError``."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or 'config'} must be a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in fields(cls)}
+    unknown = set(data) - set(known)
+    if unknown:
+        raise ConfigError(
+            f"unknown field(s) {', '.join(sorted(unknown))} in {where or cls.__name__}; "
+            f"valid: {', '.join(known)}"
+        )
+    kwargs = {}
+    for name, value in data.items():
+        path = f"{where}.{name}" if where else name
+        kwargs[name] = _coerce(hints[name], value, path)
+    return cls(**kwargs)
+
+
+def _coerce(tp: Any, value: Any, path: str) -> Any:
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value, path)
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(arg, value, path)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if errors else f"{path}: invalid value {value!r}")
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{path} must be true or false, got {value!r}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        raise ConfigError(f"{path} must be an integer, got {value!r}")
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{path} must be a number, got {value!r}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{path} must be a string, got {value!r}")
+    return value
+
+
+def load(path: str | os.PathLike[str], cls: type[T] = Config) -> T:  # type: ignore[assignment]
+    """Read a YAML (``.yaml``/``.yml``) or JSON config file."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {str(p)!r} does not exist")
+    text = p.read_text(encoding="utf-8")
+    try:
+        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"config file {str(p)!r} is not valid {p.suffix[1:] or 'YAML'}: {exc}") from exc
+    return from_dict(cls, data or {})
+
+
+def save(cfg: Any, path: str | os.PathLike[str]) -> None:
+    """Write ``cfg`` as YAML or JSON (by suffix), atomically."""
+    p = Path(path)
+    data = to_dict(cfg)
+    text = json.dumps(data, indent=2) + "\n" if p.suffix == ".json" else yaml.safe_dump(data, sort_keys=False)
+    atomic_write_text(p, text)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def apply_overrides(cfg: T, overrides: list[str] | None) -> T:
+    """Return a copy of ``cfg`` with ``section.field=value`` overrides applied."""
+    data = to_dict(cfg)
+    for item in overrides or []:
+        key, sep, raw = item.partition("=")
+        key = key.strip().lstrip("-")
+        if not sep or not key:
+            raise ConfigError(f"override {item!r} must look like section.field=value, e.g. model.n_layers=4")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        node = data
+        parts = key.split(".")
+        for depth, part in enumerate(parts[:-1]):
+            if not isinstance(node.get(part), dict):
+                raise ConfigError(
+                    f"override {item!r}: {'.'.join(parts[: depth + 1])!r} is not a config section; "
+                    f"sections: {', '.join(k for k, v in node.items() if isinstance(v, dict))}"
+                )
+            node = node[part]
+        if parts[-1] not in node:
+            raise ConfigError(
+                f"override {item!r}: no field {parts[-1]!r}; valid: {', '.join(node)}"
+            )
+        node[parts[-1]] = value
+    return from_dict(type(cfg), data)

@@ -1,0 +1,233 @@
+"""The plugin registry: loads ``alilama`` entry points once and builds name tables.
+
+Built-in plugins (the ``alilama`` distribution's own entry points) and
+third-party ones load the same way. ``ALILAMA_PLUGINS`` limits which *external*
+distributions load: a comma-separated list of distribution names; an empty value
+loads none. A plugin that raises while importing or registering is recorded in
+``failures()`` and skipped; nothing it does can stop the CLI from starting.
+
+Registered objects may be given as lazy ``"module:attr"`` strings, resolved on
+first lookup, so that loading the registry never imports torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import Any
+
+import pluggy
+
+from alilama_core import hookspecs
+from alilama_core.errors import PluginUnavailableError, UnknownPluginError
+
+ENTRY_POINT_GROUP = "alilama"
+ENV_VAR = "ALILAMA_PLUGINS"
+BUILTIN_DISTRIBUTION = "alilama"
+KINDS = ("tokenizer", "positional", "attention", "trainer")
+
+
+@dataclass
+class Entry:
+    """One registered thing: its name, where it came from, and the object (or a lazy path)."""
+
+    kind: str
+    name: str
+    target: Any
+    plugin: str
+    distribution: str
+    version: str
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def resolve(self) -> Any:
+        if isinstance(self.target, str):
+            module, _, attr = self.target.partition(":")
+            obj = importlib.import_module(module)
+            for part in attr.split(".") if attr else ():
+                obj = getattr(obj, part)
+            self.target = obj
+        return self.target
+
+
+@dataclass
+class Failure:
+    plugin: str
+    distribution: str
+    error: str
+
+
+class Registry:
+    """Name tables for every plugin kind, filled from the pluggy hooks."""
+
+    def __init__(self) -> None:
+        self.pm = pluggy.PluginManager("alilama")
+        self.pm.add_hookspecs(hookspecs)
+        self._tables: dict[str, dict[str, Entry]] | None = None
+        self._load_failures: list[Failure] = []  # import-time, kept for the process
+        self._build_failures: list[Failure] = []  # registration-time, reset on every rebuild
+        self._origin: dict[int, tuple[str, str, str]] = {}  # id(plugin) -> (name, dist, version)
+        self._lock = threading.RLock()
+        self._loaded = False
+
+    # -- loading -----------------------------------------------------------------
+
+    def _allowed(self, dist_name: str) -> bool:
+        if dist_name == BUILTIN_DISTRIBUTION:
+            return True
+        value = os.environ.get(ENV_VAR)
+        if value is None:
+            return True
+        allowed = {v.strip().lower().replace("_", "-") for v in value.split(",") if v.strip()}
+        return dist_name.lower().replace("_", "-") in allowed
+
+    def load_entry_points(self) -> None:
+        """Import and register every allowed entry point of the group, once."""
+        with self._lock:
+            if self._loaded:
+                return
+            self._loaded = True
+            for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=_ep_sort_key):
+                dist = ep.dist.name if ep.dist is not None else "?"
+                version = ep.dist.version if ep.dist is not None else "?"
+                if not self._allowed(dist) or self.pm.has_plugin(ep.name):
+                    continue
+                try:
+                    module = ep.load()
+                    self.register_plugin(module, name=ep.name, distribution=dist, version=version)
+                except Exception as exc:  # a broken plugin is reported, never fatal
+                    self._load_failures.append(Failure(ep.name, dist, f"{type(exc).__name__}: {exc}"))
+
+    def register_plugin(
+        self, plugin: object, name: str | None = None, distribution: str = "local", version: str = ""
+    ) -> str:
+        """Register a plugin object (module or instance) in-process; tables are rebuilt."""
+        with self._lock:
+            registered = self.pm.register(plugin, name=name)
+            if registered is None:
+                raise ValueError(f"plugin {name!r} is already registered")
+            self.pm.check_pending()  # a misspelt hook name fails loudly
+            self._origin[id(plugin)] = (registered, distribution, version)
+            self._tables = None
+            return registered
+
+    def unregister_plugin(self, name: str) -> None:
+        with self._lock:
+            plugin = self.pm.unregister(name=name)
+            if plugin is not None:
+                self._origin.pop(id(plugin), None)
+            self._tables = None
+
+    # -- tables -------------------------------------------------------------------
+
+    def _build(self) -> dict[str, dict[str, Entry]]:
+        self.load_entry_points()
+        self._build_failures = []
+        tables: dict[str, dict[str, Entry]] = {k: {} for k in KINDS}
+        hooks = {
+            "tokenizer": "register_tokenizers",
+            "positional": "register_positional_schemes",
+            "attention": "register_attention_backends",
+            "trainer": "register_trainers",
+        }
+        # Built-ins first, so a third party can deliberately override a name.
+        plugins = sorted(
+            self.pm.get_plugins(), key=lambda p: self._origin.get(id(p), ("", "", ""))[1] != "alilama"
+        )
+        for plugin in plugins:
+            pname, dist, version = self._origin.get(id(plugin), (self.pm.get_name(plugin), "local", ""))
+            for kind, hook in hooks.items():
+                impl = getattr(plugin, hook, None)
+                if impl is None:
+                    continue
+
+                def register(name: str, target: Any, _kind: str = kind, **meta: Any) -> None:
+                    tables[_kind][name] = Entry(_kind, name, target, pname, dist, version, meta)
+
+                try:
+                    impl(register=register)
+                except Exception as exc:
+                    self._build_failures.append(Failure(pname, dist, f"{hook}: {type(exc).__name__}: {exc}"))
+        return tables
+
+    def tables(self) -> dict[str, dict[str, Entry]]:
+        with self._lock:
+            if self._tables is None:
+                self._tables = self._build()
+            return self._tables
+
+    def names(self, kind: str) -> list[str]:
+        return sorted(self.tables()[kind])
+
+    def entry(self, kind: str, name: str) -> Entry:
+        table = self.tables()[kind]
+        if name not in table:
+            raise UnknownPluginError(kind, name, list(table))
+        return table[name]
+
+    def get(self, kind: str, name: str) -> Any:
+        entry = self.entry(kind, name)
+        try:
+            return entry.resolve()
+        except ImportError as exc:
+            raise PluginUnavailableError(
+                f"{kind} {name!r} from plugin {entry.plugin!r} could not be imported: {exc}"
+            ) from exc
+
+    def failures(self) -> list[Failure]:
+        self.tables()
+        return self._load_failures + self._build_failures
+
+    def add_commands(self, app: Any) -> None:
+        """Let every plugin add CLI commands (once per app); a failing one is recorded and skipped."""
+        if getattr(app, "_alilama_commands_added", False):
+            return
+        app._alilama_commands_added = True
+        self.load_entry_points()
+        for impl in self.pm.hook.register_commands.get_hookimpls():
+            try:
+                impl.function(app=app)
+            except Exception as exc:
+                self._load_failures.append(Failure(impl.plugin_name, "?", f"register_commands: {exc}"))
+
+
+def _ep_sort_key(ep: metadata.EntryPoint) -> tuple[bool, str]:
+    return (ep.dist is None or ep.dist.name != BUILTIN_DISTRIBUTION, ep.name)
+
+
+_REGISTRY: Registry | None = None
+
+
+def get_registry() -> Registry:
+    """The process-wide registry (created on first use)."""
+    global _REGISTRY
+    if _REGISTRY is None:
+        _REGISTRY = Registry()
+    return _REGISTRY
+
+
+def get_tokenizer(name: str) -> Any:
+    return get_registry().get("tokenizer", name)
+
+
+def get_positional(name: str) -> Any:
+    return get_registry().get("positional", name)
+
+
+def get_attention(name: str) -> Any:
+    return get_registry().get("attention", name)
+
+
+def get_trainer(name: str) -> Any:
+    return get_registry().get("trainer", name)
+
+
+def register_plugin(plugin: object, name: str | None = None) -> str:
+    return get_registry().register_plugin(plugin, name=name)
+
+
+def unregister_plugin(name: str) -> None:
+    get_registry().unregister_plugin(name)
+

@@ -1,0 +1,15 @@
+"""Built-in attention backends: ``eager`` (the reference), ``sdpa``, ``flex``, ``flash``.
+
+All share one signature (see ``alilama_core.interfaces.AttentionFn``) and are
+registered by lazy ``"module:attr"`` paths to an ``AttentionBackend``.
+"""
+
+from alilama_core.hookspecs import hookimpl
+
+
+@hookimpl
+def register_attention_backends(register):
+    register("eager", "alilama_attention.eager:backend")
+    register("sdpa", "alilama_attention.sdpa:backend")
+    register("flex", "alilama_attention.flex:backend")
+    register("flash", "alilama_attention.flash:backend")

@@ -1,0 +1,42 @@
+"""RoPE: rotary position embeddings (Su et al., 2021, arXiv:2104.09864).
+
+q and k are rotated by an angle proportional to their absolute position, so
+their dot product depends only on the distance. Pairs are formed GPT-NeoX style
+(first half with second half of the head dimension).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from alilama_core.errors import ConfigError
+from alilama_core.interfaces import PositionalScheme
+
+
+class RoPE(PositionalScheme):
+    kind = "rotary"
+
+    def __init__(self, config) -> None:
+        super().__init__(config)
+        if self.head_dim % 2:
+            raise ConfigError(
+                f"rope needs an even head dimension; d_model/n_heads = {self.head_dim}. "
+                "Change model.d_model or model.n_heads."
+            )
+        self.theta = config.rope_theta
+        self.register_buffer("inv_freq", self._inv_freq(), persistent=False)
+
+    def _inv_freq(self) -> Tensor:
+        exponent = torch.arange(0, self.head_dim, 2, dtype=torch.float32) / self.head_dim
+        return 1.0 / (self.theta**exponent)  # (D/2,)
+
+    def reset_parameters(self) -> None:
+        self.inv_freq = self._inv_freq().to(self.inv_freq.device)
+
+    def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
+        angles = positions.float()[:, None] * self.inv_freq.float()[None, :]  # (T, D/2)
+        cos, sin = angles.cos(), angles.sin()
+        x1, x2 = x.float().chunk(2, dim=-1)  # (B, H, T, D/2) each
+        rotated = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)  # (B, H, T, D)
+        return rotated.to(x.dtype)

@@ -1,0 +1,35 @@
+"""Small builders shared by the core tests."""
+
+from __future__ import annotations
+
+import torch
+
+from alilama_core import ModelConfig, build_model
+
+SCHEMES = ["alibi", "rope", "learned", "nope"]
+
+
+def tiny_config(**overrides) -> ModelConfig:
+    base = dict(
+        vocab_size=97, d_model=32, n_layers=2, n_heads=4, d_mlp=64, context_length=1024,
+        positional="alibi", attention="eager",
+    )
+    base.update(overrides)
+    return ModelConfig(**base)
+
+
+def twin_models(positional: str, attention: str, **overrides):
+    """The eager reference and a model with ``attention``, sharing the same weights."""
+    torch.manual_seed(0)
+    ref = build_model(tiny_config(positional=positional, attention="eager", **overrides))
+    other = build_model(tiny_config(positional=positional, attention=attention, **overrides))
+    other.load_state_dict(ref.state_dict())
+    return ref, other
+
+
+def available_backends() -> list[str]:
+    from alilama_core.interfaces import attention_backend
+    from alilama_core.registry import get_registry
+
+    reg = get_registry()
+    return [n for n in reg.names("attention") if attention_backend(reg.get("attention", n)).available() is None]

@@ -1,0 +1,97 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from alilama_core import Config, ConfigError, ModelConfig, apply_overrides, preset
+from alilama_core import config as cfgmod
+
+
+def test_essay_preset_matches_the_essay():
+    m = preset("essay").model
+    assert (m.vocab_size, m.d_model, m.n_layers, m.n_heads, m.d_mlp, m.context_length) == (
+        4096, 128, 8, 8, 512, 128,
+    )
+    assert (m.positional, m.attention) == ("alibi", "sdpa")
+
+
+def test_tiny_preset_is_valid_and_small():
+    cfg = preset("tiny").validate()
+    assert cfg.model.d_model <= 64
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_round_trip(tmp_path, suffix):
+    cfg = apply_overrides(preset("essay"), ["model.n_layers=3", "model.positional=rope", "model.dropout=0.1"])
+    path = tmp_path / f"config{suffix}"
+    cfgmod.save(cfg, path)
+    assert cfgmod.load(path) == cfg
+    if suffix == ".json":
+        assert json.loads(path.read_text())["model"]["n_layers"] == 3
+
+
+def test_overrides_parse_values_by_field_type():
+    cfg = apply_overrides(Config(), ["model.d_model=64", "--model.bias=false", "model.init_std=0.02"])
+    assert cfg.model.d_model == 64 and cfg.model.bias is False and cfg.model.init_std == 0.02
+    cfg = apply_overrides(cfg, ["model.init_std=null"])
+    assert cfg.model.init_std is None
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("model.n_layer=3", "no field 'n_layer'; valid: .*n_layers"),
+        ("model.n_layers=three", "model.n_layers must be an integer"),
+        ("model.n_layers", "must look like section.field=value"),
+        ("modle.n_layers=3", "'modle' is not a config section; sections: model"),
+        ("model.positional=3", "model.positional must be a string"),
+    ],
+)
+def test_bad_overrides_say_what_is_wrong(override, message):
+    with pytest.raises(ConfigError, match=message):
+        apply_overrides(Config(), [override])
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(n_heads=7), "divisible by model.n_heads"),
+        (dict(n_layers=0), "model.n_layers must be a positive integer"),
+        (dict(dropout=1.5), "model.dropout"),
+        (dict(positional="alibbi"), "unknown positional 'alibbi'"),
+    ],
+)
+def test_invalid_configs_are_rejected(changes, message):
+    with pytest.raises(ConfigError, match=message):
+        ModelConfig(**changes).validate()
+
+
+def test_bad_files(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        cfgmod.load(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: [unclosed")
+    with pytest.raises(ConfigError, match="not valid yaml"):
+        cfgmod.load(bad)
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text("model:\n  n_layerz: 2\n")
+    with pytest.raises(ConfigError, match="unknown field.*n_layerz"):
+        cfgmod.load(wrong)
+    with pytest.raises(ConfigError, match="unknown preset 'big'; available: essay, tiny"):
+        preset("big")
+
+
+def test_save_is_atomic_and_keeps_the_old_file_on_failure(tmp_path, monkeypatch):
+    path = tmp_path / "config.yaml"
+    cfgmod.save(preset("tiny"), path)
+    before = path.read_text()
+
+    def boom(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(cfgmod.os, "replace", boom)
+    with pytest.raises(OSError):
+        cfgmod.save(preset("essay"), path)
+    assert path.read_text() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["config.yaml"]  # no temporary left behind
