@@ -28,7 +28,7 @@ class _Group(TyperGroup):
         try:
             return super().invoke(ctx)
         except AlilamaError as exc:
-            err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+            err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(1) from None
 
 

@@ -40,7 +40,8 @@ class ModelConfig:
     d_mlp: int = 512
     context_length: int = 128
     positional: str = "alibi"
-    attention: str = "sdpa"
+    attention: str = "auto"
+    """``auto`` picks per call: ``tiled`` for ALiBi on CPU, ``flash``/``flex`` on CUDA, else ``sdpa``."""
     dropout: float = 0.0
     bias: bool = True
     """Biases in the linear layers."""
@@ -83,7 +84,7 @@ class Config:
 
 PRESETS: dict[str, dict[str, Any]] = {
     # The essay's ~2M-parameter ALiBi GPT for TinyStories.
-    "essay": {"model": {}},
+    "essay": {"model": {"attention": "sdpa"}},
     # Small enough for unit tests and CI.
     "tiny": {
         "model": dict(vocab_size=512, d_model=32, n_layers=2, n_heads=4, d_mlp=64, context_length=64)

@@ -7,22 +7,39 @@ from typing import Any
 from alilama_core.config import ModelConfig
 
 
-def bias_memory(config: ModelConfig, batch_size: int = 1) -> str:
-    """Memory the attention bias takes per layer call at the trained context, by backend."""
-    from alilama_core.interfaces import attention_backend
+def resolved_backend(config: ModelConfig, device_type: str = "cpu") -> str:
+    """The backend that runs for ``config`` on ``device_type`` (``auto`` resolved)."""
     from alilama_core.registry import get_registry
 
-    reg = get_registry()
-    scheme = reg.get("positional", config.positional)
-    backend = attention_backend(reg.get("attention", config.attention))
-    t = config.context_length
+    if config.attention != "auto":
+        return config.attention
+    from alilama_attention.auto import choose
+
+    return choose(device_type, get_registry().get("positional", config.positional))
+
+
+def bias_memory(config: ModelConfig) -> str:
+    """Memory the attention bias takes at the trained context, for the backend that runs on CPU."""
+    from alilama_core.registry import get_registry
+
+    scheme = get_registry().get("positional", config.positional)
+    name = resolved_backend(config, "cpu")
+    t, h = config.context_length, config.n_heads
     if scheme.kind != "bias":
         return f"none ({config.positional} adds no attention bias)"
-    if backend.name in ("flash", "flex") and scheme.has_slopes:
-        return f"{config.n_heads * 4} bytes of slopes ({backend.name} applies the bias in the kernel)"
-    dense = config.n_heads * t * t * 4
+    if name in ("flash", "flex") and scheme.has_slopes:
+        return f"{h * 4} bytes of slopes ({name} applies the bias in the kernel)"
+    if name == "tiled":
+        from alilama_attention.tiled import QUERY_BLOCK
+
+        q = min(QUERY_BLOCK, t)
+        return (
+            f"{_human(h * q * q * 4)} diagonal mask (1, {h}, {q}, {q}) plus a per-block key bias of "
+            f"{h} x S floats; no T x S bias at any length ({name})"
+        )
+    dense = h * t * t * 4
     return (
-        f"{_human(dense)} dense (1, {config.n_heads}, {t}, {t}) float32 mask at T={t}, "
+        f"{_human(dense)} dense (1, {h}, {t}, {t}) float32 mask at T={t} ({name}), "
         f"cached and shared by all layers; it grows as T^2 ({_human(dense * 64)} at T={8 * t})"
     )
 
@@ -61,6 +78,11 @@ def model_report(config: ModelConfig) -> dict[str, Any]:
         else:
             reason = obj.available()
             detail = f"bias={obj.bias}, " + (f"unavailable here: {reason}" if reason else "available")
+            if name == "auto":
+                detail += (
+                    f"; runs {resolved_backend(config, 'cpu')} on cpu, "
+                    f"{resolved_backend(config, 'cuda')} on cuda"
+                )
         plugins[kind] = {
             "name": name,
             "distribution": entry.distribution,

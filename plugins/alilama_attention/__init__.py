@@ -1,4 +1,5 @@
-"""Built-in attention backends: ``eager`` (the reference), ``sdpa``, ``flex``, ``flash``.
+"""Built-in attention backends: ``eager`` (the reference), ``sdpa``, ``flex``, ``flash``,
+``tiled`` (ALiBi by query blocks on CPU) and ``auto`` (picks one per call).
 
 All share one signature (see ``alilama_core.interfaces.AttentionFn``) and are
 registered by lazy ``"module:attr"`` paths to an ``AttentionBackend``.
@@ -13,3 +14,5 @@ def register_attention_backends(register):
     register("sdpa", "alilama_attention.sdpa:backend")
     register("flex", "alilama_attention.flex:backend")
     register("flash", "alilama_attention.flash:backend")
+    register("tiled", "alilama_attention.tiled:backend")
+    register("auto", "alilama_attention.auto:backend")

@@ -47,7 +47,7 @@ def test_model_info_json_with_overrides():
 def test_cli_errors_are_one_clear_line():
     result = runner.invoke(get_app(), ["model", "info", "model.attention=nosuch"])
     assert result.exit_code == 1
-    assert "unknown attention 'nosuch'; available: eager, flash, flex, sdpa" in result.output
+    assert "unknown attention 'nosuch'; available: auto, eager, flash, flex, sdpa, tiled" in result.output
     assert "Traceback" not in result.output
     both = runner.invoke(get_app(), ["model", "info", "--preset", "tiny", "--config", "x.yaml"])
     assert both.exit_code == 1 and "either --config or --preset" in both.output
