@@ -71,7 +71,7 @@ class PositionalScheme(nn.Module):
         raise NotImplementedError(f"{type(self).__name__} is not an embedding scheme")
 
     def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
-        """Rotate ``x`` of shape ``(B, H, T, D)`` for ``(T,)`` positions."""
+        """Rotate ``x`` of shape ``(B, H, T, D)`` for ``(T,)`` or per-row ``(B, T)`` positions."""
         raise NotImplementedError(f"{type(self).__name__} is not a rotary scheme")
 
     def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:

@@ -166,23 +166,28 @@ class GPT(nn.Module):
         idx: Tensor,
         cache: KVCache | None = None,
         key_padding_mask: Tensor | None = None,
+        position_ids: Tensor | None = None,
     ) -> Tensor:
         """Token ids ``(B, T)`` to logits ``(B, T, V)``.
 
         With ``cache``, ``idx`` holds only the new tokens; their positions follow
         the cached ones. ``key_padding_mask`` ``(B, S)``, ``True`` for real tokens,
-        covers the cached and the new positions.
+        covers the cached and the new positions. ``position_ids`` ``(B, T)``
+        gives each row its own positions (left-padded batches); by default they
+        are ``offset .. offset+T-1``. Bias schemes are relative and ignore them.
         """
         B, T = idx.shape
         offset = len(cache) if cache is not None else 0
+        positions = torch.arange(offset, offset + T, device=idx.device)  # (T,)
+        if position_ids is not None:
+            positions = position_ids  # (B, T)
         limit = self.positional.max_positions
-        if limit is not None and offset + T > limit:
+        if limit is not None and (last := self._last_position(offset, T, position_ids)) > limit:
             raise ConfigError(
                 f"positional scheme {self.config.positional!r} covers {limit} positions, but "
-                f"{offset + T} were requested ({offset} cached + {T} new). Crop the input or the "
+                f"{last} were requested ({offset} cached + {T} new). Crop the input or the "
                 f"cache to {limit} tokens, or use a scheme that extrapolates (alibi, rope)."
             )
-        positions = torch.arange(offset, offset + T, device=idx.device)  # (T,)
         x = self.tok_emb(idx)  # (B, T, C)
         if self.positional.kind == "embedding":
             x = x + self.positional.embed(positions)  # (B, T, C)
@@ -190,6 +195,10 @@ class GPT(nn.Module):
         for i, block in enumerate(self.blocks):
             x = block(x, positions, cache, i, key_padding_mask)  # (B, T, C)
         return self.head(self.ln_f(x))  # (B, T, V)
+
+    @staticmethod
+    def _last_position(offset: int, t: int, position_ids: Tensor | None) -> int:
+        return offset + t if position_ids is None else int(position_ids.max()) + 1
 
     def num_parameters(self, exclude_embeddings: bool = False) -> int:
         n = sum(p.numel() for p in self.parameters())  # tied weights are counted once

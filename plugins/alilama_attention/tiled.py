@@ -102,7 +102,6 @@ class _TiledALiBi(torch.autograd.Function):
         block, scale = ctx.block, ctx.scale
         T, S = q.size(2), k.size(2)
         offset = S - T
-        grad_out = grad_out.contiguous()
         dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
         for q0 in range(0, T, block):
             n = min(block, T - q0)

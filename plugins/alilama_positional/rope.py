@@ -35,7 +35,9 @@ class RoPE(PositionalScheme):
         self.inv_freq = self._inv_freq().to(self.inv_freq.device)
 
     def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
-        angles = positions.float()[:, None] * self.inv_freq.float()[None, :]  # (T, D/2)
+        angles = positions.float()[..., None] * self.inv_freq.float()  # (T, D/2) or (B, T, D/2)
+        if angles.dim() == 3:
+            angles = angles[:, None]  # (B, 1, T, D/2): the same rotation for every head
         cos, sin = angles.cos(), angles.sin()
         x1, x2 = x.float().chunk(2, dim=-1)  # (B, H, T, D/2) each
         rotated = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)  # (B, H, T, D)
