@@ -1,0 +1,811 @@
+#include "bpe.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <queue>
+#include <thread>
+
+#include "pretokenize.hpp"
+
+namespace alilama {
+
+// ---------------------------------------------------------------- helpers
+
+std::pair<size_t, size_t> SpecialMatcher::find(std::string_view text, size_t from) const {
+  size_t best = std::string_view::npos, which = 0;
+  for (size_t k = 0; k < tokens_.size(); ++k) {
+    size_t p = text.find(tokens_[k], from);
+    if (p < best || (p == best && p != std::string_view::npos && tokens_[k].size() > tokens_[which].size())) {
+      best = p;
+      which = k;
+    }
+  }
+  return {best, which};
+}
+
+void parallel_for(size_t n, int threads, const std::function<void(size_t)>& fn) {
+  if (n == 0) return;
+  size_t t = std::min<size_t>(size_t(threads < 1 ? 1 : threads), n);
+  if (t == 1) {
+    for (size_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  std::atomic<size_t> next{0};
+  std::exception_ptr error;
+  std::mutex error_mu;
+  auto worker = [&]() {
+    while (true) {
+      size_t i = next.fetch_add(1);
+      if (i >= n) return;
+      try {
+        fn(i);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mu);
+        if (!error) error = std::current_exception();
+        next.store(n);
+        return;
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (size_t k = 1; k < t; ++k) pool.emplace_back(worker);
+  worker();
+  for (auto& th : pool) th.join();
+  if (error) std::rethrow_exception(error);
+}
+
+std::vector<std::pair<size_t, size_t>> cut_pieces(const uint8_t* s, size_t n, size_t target) {
+  std::vector<std::pair<size_t, size_t>> out;
+  size_t start = 0;
+  while (start < n) {
+    size_t want = start + target;
+    size_t cut = want >= n ? n : safe_cut_before(s, n, start, want);
+    if (cut <= start) {  // no cut before `want`: look after it
+      cut = n;
+      for (size_t p = want; p < n; ++p) {
+        if (s[p - 1] == '\n') {
+          uint32_t c;
+          if (s[p] < 0x80) c = s[p]; else decode_utf8(s + p, n - p, c);
+          if (!(Pretokenizer::flags(c) & kSpace)) { cut = p; break; }
+        }
+      }
+    }
+    out.emplace_back(start, cut);
+    start = cut;
+  }
+  return out;
+}
+
+namespace {
+
+struct Piece {
+  const uint8_t* s;
+  size_t n;
+  uint64_t base;  // stream position of s[0]
+};
+
+// Ordinary-text pieces of `texts` (cut at special tokens, then into ~1 MiB pieces).
+std::vector<Piece> make_pieces(const std::vector<std::string_view>& texts, const SpecialMatcher& m,
+                               uint64_t base, size_t target) {
+  std::vector<Piece> pieces;
+  for (std::string_view t : texts) {
+    size_t from = 0;
+    while (from <= t.size()) {
+      auto [p, k] = m.empty() ? std::make_pair(std::string_view::npos, size_t(0)) : m.find(t, from);
+      size_t end = p == std::string_view::npos ? t.size() : p;
+      const uint8_t* s = reinterpret_cast<const uint8_t*>(t.data()) + from;
+      for (auto [a, b] : cut_pieces(s, end - from, target)) pieces.push_back({s + a, b - a, base + from + a});
+      if (p == std::string_view::npos) break;
+      from = p + m.tokens()[k].size();
+    }
+    base += t.size();
+  }
+  return pieces;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- training
+
+void Trainer::add(const std::vector<std::string_view>& texts) {
+  if (trained_) throw TokenizerError("this Trainer has already trained; make a new one");
+  std::vector<Piece> pieces = make_pieces(texts, specials_, stream_pos_, size_t(1) << 20);
+  for (std::string_view t : texts) {
+    stream_pos_ += t.size();
+    total_bytes_ += t.size();
+  }
+  size_t t = std::min<size_t>(size_t(threads_), std::max<size_t>(pieces.size(), 1));
+  std::vector<StringMap<ChunkStat>> local(t);
+  std::vector<uint64_t> nchunks(t, 0);
+  std::atomic<size_t> next{0};
+  auto worker = [&](size_t w) {
+    StringMap<ChunkStat> map;  // on this thread's stack: no false sharing with other workers
+    uint64_t count = 0;
+    while (true) {
+      size_t i = next.fetch_add(1);
+      if (i >= pieces.size()) break;
+      const Piece& pc = pieces[i];
+      size_t pos = 0;
+      while (pos < pc.n) {
+        size_t end = Pretokenizer::next(pc.s, pc.n, pos);
+        bool inserted;
+        ChunkStat& st = map.find_or_insert(pc.s + pos, end - pos, ChunkStat{0, pc.base + pos}, inserted);
+        st.count += 1;
+        if (pc.base + pos < st.first) st.first = pc.base + pos;
+        ++count;
+        pos = end;
+      }
+    }
+    local[w] = std::move(map);
+    nchunks[w] = count;
+  };
+  std::vector<std::thread> pool;
+  for (size_t w = 1; w < t; ++w) pool.emplace_back(worker, w);
+  worker(0);
+  for (auto& th : pool) th.join();
+  for (size_t w = 0; w < t; ++w) {
+    total_chunks_ += nchunks[w];
+    for (const auto& e : local[w].entries()) {
+      std::string_view key = local[w].key(e);
+      bool inserted;
+      ChunkStat& st = counts_.find_or_insert_hashed(reinterpret_cast<const uint8_t*>(key.data()), key.size(),
+                                                    e.hash, e.value, inserted);
+      if (!inserted) {
+        st.count += e.value.count;
+        st.first = std::min(st.first, e.value.first);
+      }
+    }
+    local[w].clear();
+  }
+}
+
+namespace {
+
+constexpr uint32_t kNone = 0xFFFFFFFFu;  // no neighbour / dead symbol
+
+struct PairInfo {
+  int64_t count = 0;
+  uint32_t first = kNone;  // lower bound of the first occurrence's node index
+  uint32_t a = 0, b = 0;
+  std::vector<uint32_t> occ;  // node indices of left symbols (may hold stale entries)
+};
+
+struct HeapEntry {
+  int64_t count;
+  uint32_t first;
+  uint32_t pair;
+  bool operator<(const HeapEntry& o) const {  // max-heap: larger count, then earlier first
+    if (count != o.count) return count < o.count;
+    return first > o.first;
+  }
+};
+
+}  // namespace
+
+std::vector<Merge> Trainer::train(size_t num_merges, const ProgressFn& progress) {
+  if (trained_) throw TokenizerError("this Trainer has already trained; make a new one");
+  // Unique chunks in order of first occurrence (this fixes the tie-breaking order).
+  auto& entries = counts_.entries();
+  std::vector<uint32_t> order;
+  order.reserve(entries.size());
+  uint64_t total_nodes = 0;
+  for (uint32_t i = 0; i < entries.size(); ++i) {
+    if (entries[i].len >= 2) {
+      order.push_back(i);
+      total_nodes += entries[i].len;
+    }
+  }
+  if (total_nodes >= kNone) throw TokenizerError("too much unique text for one training run (> 4 GiB)");
+  std::sort(order.begin(), order.end(),
+            [&](uint32_t x, uint32_t y) { return entries[x].value.first < entries[y].value.first; });
+
+  std::vector<uint32_t> id(total_nodes), prev(total_nodes), next(total_nodes), chunk(total_nodes);
+  std::vector<uint64_t> weight(order.size());
+  {
+    uint32_t pos = 0;
+    for (uint32_t c = 0; c < order.size(); ++c) {
+      const auto& e = entries[order[c]];
+      std::string_view key = counts_.key(e);
+      weight[c] = e.value.count;
+      for (uint32_t k = 0; k < e.len; ++k) {
+        id[pos + k] = uint8_t(key[k]);
+        prev[pos + k] = k == 0 ? kNone : pos + k - 1;
+        next[pos + k] = k + 1 == e.len ? kNone : pos + k + 1;
+        chunk[pos + k] = c;
+      }
+      pos += e.len;
+    }
+  }
+
+  // The chunk table is no longer needed: free it before the pair structures grow.
+  unique_after_train_ = counts_.size();
+  counts_.clear();
+  trained_ = true;
+
+  U64Map index(1 << 16);
+  std::vector<PairInfo> pairs;
+  std::vector<uint32_t> touched;
+  std::vector<uint32_t> touch_stamp;
+  uint32_t stamp = 1;
+  auto touch = [&](uint32_t pi) {
+    if (touch_stamp[pi] != stamp) {
+      touch_stamp[pi] = stamp;
+      touched.push_back(pi);
+    }
+  };
+  auto pair_index = [&](uint32_t a, uint32_t b) -> uint32_t {
+    bool inserted;
+    uint32_t& v = index.get_or_insert(pair_key(a, b), uint32_t(pairs.size()), inserted);
+    if (inserted) {
+      pairs.emplace_back();
+      pairs.back().a = a;
+      pairs.back().b = b;
+      touch_stamp.push_back(0);
+    }
+    return v;
+  };
+  auto inc = [&](uint32_t a, uint32_t b, uint32_t pos, uint64_t w) {
+    uint32_t pi = pair_index(a, b);
+    PairInfo& p = pairs[pi];
+    if (p.count == 0) {
+      p.occ.clear();
+      p.first = kNone;
+    }
+    p.count += int64_t(w);
+    p.occ.push_back(pos);
+    if (pos < p.first) p.first = pos;
+    touch(pi);
+  };
+  auto dec = [&](uint32_t a, uint32_t b, uint64_t w) {
+    const uint32_t* v = index.find(pair_key(a, b));
+    if (!v) return;
+    pairs[*v].count -= int64_t(w);
+    touch(*v);
+  };
+  auto valid = [&](const PairInfo& p, uint32_t pos) {
+    if (id[pos] != p.a) return false;
+    uint32_t j = next[pos];
+    return j != kNone && id[j] == p.b;
+  };
+
+  for (uint32_t i = 0; i + 1 < total_nodes; ++i) {
+    if (next[i] != kNone) inc(id[i], id[i + 1], i, weight[chunk[i]]);
+  }
+  std::priority_queue<HeapEntry> heap;
+  for (uint32_t pi : touched) heap.push({pairs[pi].count, pairs[pi].first, pi});
+  touched.clear();
+  ++stamp;
+
+  std::vector<Merge> merges;
+  merges.reserve(num_merges);
+  uint64_t report_every = std::max<uint64_t>(1, num_merges / 500);
+  if (progress && !progress(0, num_merges)) throw std::runtime_error("cancelled");
+  std::vector<uint32_t> occ;
+  while (merges.size() < num_merges) {
+    if (heap.empty()) break;
+    HeapEntry top = heap.top();
+    heap.pop();
+    PairInfo& p = pairs[top.pair];
+    if (top.count != p.count || top.first != p.first || p.count <= 0) continue;  // stale
+    // `first` is a lower bound; make it exact before trusting the order.
+    uint32_t exact = kNone;
+    size_t keep = 0;
+    for (uint32_t pos : p.occ) {
+      if (valid(p, pos)) {
+        p.occ[keep++] = pos;
+        if (pos < exact) exact = pos;
+      }
+    }
+    p.occ.resize(keep);
+    if (exact != p.first) {
+      p.first = exact;
+      heap.push({p.count, p.first, top.pair});
+      continue;
+    }
+    // Merge every occurrence, left to right.
+    uint32_t a = p.a, b = p.b, z = uint32_t(256 + merges.size());
+    merges.emplace_back(a, b);
+    occ.swap(p.occ);
+    p.occ.clear();
+    std::sort(occ.begin(), occ.end());
+    occ.erase(std::unique(occ.begin(), occ.end()), occ.end());
+    uint32_t self = top.pair;
+    for (uint32_t i : occ) {
+      if (id[i] != a) continue;
+      uint32_t j = next[i];
+      if (j == kNone || id[j] != b) continue;
+      uint64_t w = weight[chunk[i]];
+      uint32_t pv = prev[i], nx = next[j];
+      if (pv != kNone) dec(id[pv], a, w);
+      if (nx != kNone) dec(b, id[nx], w);
+      id[i] = z;
+      id[j] = kNone;
+      next[i] = nx;
+      if (nx != kNone) prev[nx] = i;
+      if (pv != kNone) inc(id[pv], z, pv, w);
+      if (nx != kNone) inc(z, id[nx], i, w);
+    }
+    occ.clear();
+    pairs[self].count = 0;
+    pairs[self].first = kNone;
+    pairs[self].occ.clear();
+    pairs[self].occ.shrink_to_fit();
+    for (uint32_t pi : touched) {
+      if (pi != self && pairs[pi].count > 0) heap.push({pairs[pi].count, pairs[pi].first, pi});
+    }
+    touched.clear();
+    ++stamp;
+    if (heap.size() > 2 * pairs.size() + 65536) {
+      // Too many stale entries: rebuild with one entry per live pair (bounds memory).
+      std::vector<HeapEntry> live;
+      live.reserve(pairs.size());
+      for (uint32_t pi = 0; pi < pairs.size(); ++pi)
+        if (pairs[pi].count > 0) live.push_back({pairs[pi].count, pairs[pi].first, pi});
+      heap = std::priority_queue<HeapEntry>(std::less<HeapEntry>(), std::move(live));
+    }
+    if (stamp == 0) {
+      std::fill(touch_stamp.begin(), touch_stamp.end(), 0);
+      stamp = 1;
+    }
+    if (progress && (merges.size() % report_every == 0 || merges.size() == num_merges)) {
+      if (!progress(merges.size(), num_merges)) throw std::runtime_error("cancelled");
+    }
+  }
+  if (progress && merges.size() < num_merges) progress(merges.size(), merges.size());
+  return merges;
+}
+
+// ---------------------------------------------------------------- encoding
+
+// Cache of encoded chunks (up to kMaxChunk bytes), one per thread at a time. Open
+// addressing with everything a hit needs in one 32-byte slot: the hash, the first 8
+// key bytes (the rest, if any, in `arena`) and up to two token ids inline (more in
+// `toks`). Most chunks are short words that encode to one token: one cache line.
+struct Encoder::Cache {
+  struct Slot {
+    uint64_t hash = 0;  // 0: empty
+    uint64_t key8 = 0;  // first 8 bytes of the key, zero padded
+    uint32_t key_off = 0;
+    uint16_t len = 0;
+    uint16_t ntok = 0;
+    uint32_t tok[2] = {0, 0};  // the ids when ntok <= 2, else tok[0] = offset in toks
+  };
+  static constexpr size_t kMaxChunk = 64;
+  static constexpr size_t kMaxEntries = size_t(1) << 18;
+  std::vector<Slot> slots;
+  size_t used = 0;
+  std::vector<uint8_t> arena;
+  std::vector<uint32_t> toks;
+
+  Cache() { slots.assign(size_t(1) << 12, Slot{}); }
+  void clear() {
+    slots.assign(size_t(1) << 12, Slot{});
+    used = 0;
+    arena.clear();
+    toks.clear();
+  }
+  static uint64_t hash_of(const uint8_t* p, size_t len, uint64_t key8) {
+    uint64_t h = len <= 8 ? mix64(key8 ^ (uint64_t(len) * 0x9E3779B97F4A7C15ULL)) : hash_bytes(p, len);
+    return h | 1;
+  }
+  // The slot holding the key, or the empty slot where it belongs.
+  Slot& find(const uint8_t* p, size_t len, uint64_t h, uint64_t key8) {
+    size_t mask = slots.size() - 1;
+    size_t i = size_t(h) & mask;
+    while (true) {
+      Slot& sl = slots[i];
+      if (sl.hash == 0) return sl;
+      if (sl.hash == h && sl.len == len && sl.key8 == key8 &&
+          (len <= 8 || std::memcmp(arena.data() + sl.key_off, p + 8, len - 8) == 0))
+        return sl;
+      i = (i + 1) & mask;
+    }
+  }
+  void grow() {
+    std::vector<Slot> old(slots.size() * 2);
+    old.swap(slots);
+    size_t mask = slots.size() - 1;
+    for (const Slot& sl : old) {
+      if (!sl.hash) continue;
+      size_t i = size_t(sl.hash) & mask;
+      while (slots[i].hash) i = (i + 1) & mask;
+      slots[i] = sl;
+    }
+  }
+};
+
+Encoder::~Encoder() = default;
+
+std::unique_ptr<Encoder::Cache> Encoder::take_cache() const {
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  if (cache_pool_.empty()) return std::make_unique<Cache>();
+  auto c = std::move(cache_pool_.back());
+  cache_pool_.pop_back();
+  return c;
+}
+
+void Encoder::give_cache(std::unique_ptr<Cache> c) const {
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  cache_pool_.push_back(std::move(c));
+}
+
+Encoder::Encoder(const std::vector<Merge>& merges, std::vector<std::pair<std::string, uint32_t>> specials)
+    : ranks_(merges.size() + 16), specials_(std::move(specials)), num_merges_(merges.size()) {
+  vocab_.reserve(256 + merges.size());
+  for (int i = 0; i < 256; ++i) vocab_.emplace_back(1, char(i));
+  for (size_t i = 0; i < merges.size(); ++i) {
+    auto [a, b] = merges[i];
+    uint32_t z = uint32_t(256 + i);
+    if (a >= z || b >= z) throw TokenizerError("merge " + std::to_string(i) + " uses an id not yet defined");
+    bool inserted;
+    uint32_t& v = ranks_.get_or_insert(pair_key(a, b), z, inserted);
+    if (!inserted) throw TokenizerError("merge " + std::to_string(i) + " repeats an earlier pair");
+    (void)v;
+    vocab_.push_back(vocab_[a] + vocab_[b]);
+  }
+}
+
+void Encoder::encode_chunk(const uint8_t* s, size_t n, std::vector<uint32_t>& out) const {
+  if (n == 1) {
+    out.push_back(s[0]);
+    return;
+  }
+  thread_local std::vector<uint32_t> ids, rk, nxt, prv;
+  ids.assign(s, s + n);
+  if (n <= 48) {
+    // Short chunk: repeatedly merge the lowest-ranked pair (leftmost on a tie).
+    rk.resize(n);
+    size_t m = n;
+    for (size_t i = 0; i + 1 < m; ++i) rk[i] = rank_of(ids[i], ids[i + 1]);
+    while (m >= 2) {
+      uint32_t best = kNoRank;
+      size_t at = 0;
+      for (size_t i = 0; i + 1 < m; ++i) {
+        if (rk[i] < best) {
+          best = rk[i];
+          at = i;
+        }
+      }
+      if (best == kNoRank) break;
+      ids[at] = best;
+      for (size_t i = at + 1; i + 1 < m; ++i) {
+        ids[i] = ids[i + 1];
+        rk[i] = rk[i + 1];
+      }
+      --m;
+      if (at + 1 < m) rk[at] = rank_of(ids[at], ids[at + 1]);
+      if (at > 0) rk[at - 1] = rank_of(ids[at - 1], ids[at]);
+    }
+    out.insert(out.end(), ids.begin(), ids.begin() + m);
+    return;
+  }
+  // Long chunk: linked list + min-heap of (rank, position), lazily validated.
+  nxt.resize(n);
+  prv.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    nxt[i] = i + 1 < n ? uint32_t(i + 1) : kNone;
+    prv[i] = i ? uint32_t(i - 1) : kNone;
+  }
+  using E = std::pair<uint32_t, uint32_t>;  // (rank, position)
+  std::priority_queue<E, std::vector<E>, std::greater<E>> heap;
+  for (size_t i = 0; i + 1 < n; ++i) {
+    uint32_t r = rank_of(ids[i], ids[i + 1]);
+    if (r != kNoRank) heap.push({r, uint32_t(i)});
+  }
+  while (!heap.empty()) {
+    auto [r, i] = heap.top();
+    heap.pop();
+    if (ids[i] == kNone) continue;
+    uint32_t j = nxt[i];
+    if (j == kNone || rank_of(ids[i], ids[j]) != r) continue;
+    ids[i] = r;
+    ids[j] = kNone;
+    uint32_t k = nxt[j];
+    nxt[i] = k;
+    if (k != kNone) {
+      prv[k] = i;
+      uint32_t r2 = rank_of(ids[i], ids[k]);
+      if (r2 != kNoRank) heap.push({r2, i});
+    }
+    uint32_t p = prv[i];
+    if (p != kNone) {
+      uint32_t r2 = rank_of(ids[p], ids[i]);
+      if (r2 != kNoRank) heap.push({r2, p});
+    }
+  }
+  for (uint32_t i = 0; i != kNone; i = nxt[i]) out.push_back(ids[i]);
+}
+
+void Encoder::encode_ordinary_cached(const uint8_t* s, size_t n, std::vector<uint32_t>& out,
+                                     Cache& cache) const {
+  size_t pos = 0;
+  while (pos < n) {
+    size_t end = Pretokenizer::next(s, n, pos);
+    size_t len = end - pos;
+    if (len == 1) {
+      out.push_back(s[pos]);
+    } else if (len > Cache::kMaxChunk) {
+      encode_chunk(s + pos, len, out);
+    } else {
+      const uint8_t* p = s + pos;
+      uint64_t key8 = 0;
+      std::memcpy(&key8, p, len < 8 ? len : 8);
+      uint64_t h = Cache::hash_of(p, len, key8);
+      Cache::Slot* sl = &cache.find(p, len, h, key8);
+      if (sl->hash) {
+        if (sl->ntok == 1) {
+          out.push_back(sl->tok[0]);
+        } else if (sl->ntok == 2) {
+          out.push_back(sl->tok[0]);
+          out.push_back(sl->tok[1]);
+        } else {
+          const uint32_t* t = cache.toks.data() + sl->tok[0];
+          out.insert(out.end(), t, t + sl->ntok);
+        }
+      } else {
+        size_t before = out.size();
+        encode_chunk(p, len, out);
+        size_t ntok = out.size() - before;
+        if (cache.used >= Cache::kMaxEntries) {
+          cache.clear();
+          sl = &cache.find(p, len, h, key8);
+        }
+        sl->hash = h;
+        sl->key8 = key8;
+        sl->len = uint16_t(len);
+        sl->ntok = uint16_t(ntok);
+        if (len > 8) {
+          sl->key_off = uint32_t(cache.arena.size());
+          cache.arena.insert(cache.arena.end(), p + 8, p + len);
+        }
+        if (ntok <= 2) {
+          for (size_t k = 0; k < ntok; ++k) sl->tok[k] = out[before + k];
+        } else {
+          sl->tok[0] = uint32_t(cache.toks.size());
+          cache.toks.insert(cache.toks.end(), out.begin() + before, out.end());
+        }
+        if (++cache.used * 2 > cache.slots.size()) cache.grow();
+      }
+    }
+    pos = end;
+  }
+}
+
+void Encoder::encode_ordinary(const uint8_t* s, size_t n, std::vector<uint32_t>& out) const {
+  auto cache = take_cache();
+  encode_ordinary_cached(s, n, out, *cache);
+  give_cache(std::move(cache));
+}
+
+namespace {
+struct Segment {
+  const uint8_t* s;
+  size_t n;
+  uint32_t special;  // kNone for ordinary text
+};
+
+std::vector<Segment> segments_of(std::string_view text, const SpecialMatcher& m,
+                                 const std::vector<std::pair<std::string, uint32_t>>& specials,
+                                 size_t target) {
+  std::vector<Segment> segs;
+  size_t from = 0;
+  while (from <= text.size()) {
+    auto [p, k] = m.empty() ? std::make_pair(std::string_view::npos, size_t(0)) : m.find(text, from);
+    size_t end = p == std::string_view::npos ? text.size() : p;
+    const uint8_t* s = reinterpret_cast<const uint8_t*>(text.data()) + from;
+    for (auto [a, b] : cut_pieces(s, end - from, target)) segs.push_back({s + a, b - a, kNone});
+    if (p == std::string_view::npos) break;
+    uint32_t sid = kNone;
+    for (const auto& sp : specials)
+      if (sp.first == m.tokens()[k]) sid = sp.second;
+    segs.push_back({nullptr, 0, sid});
+    from = p + m.tokens()[k].size();
+  }
+  return segs;
+}
+}  // namespace
+
+void Encoder::encode_segments(std::string_view text, const SpecialMatcher& m, int threads,
+                              std::vector<uint32_t>& out) const {
+  size_t target = std::max<size_t>(size_t(1) << 16, text.size() / size_t(std::max(threads, 1) * 8) + 1);
+  std::vector<Segment> segs = segments_of(text, m, specials_, target);
+  if (threads <= 1 || segs.size() <= 1) {
+    auto cache = take_cache();
+    for (const Segment& sg : segs) {
+      if (sg.special != kNone) out.push_back(sg.special);
+      else encode_ordinary_cached(sg.s, sg.n, out, *cache);
+    }
+    give_cache(std::move(cache));
+    return;
+  }
+  std::vector<std::vector<uint32_t>> parts(segs.size());
+  size_t t = std::min<size_t>(size_t(threads), segs.size());
+  std::atomic<size_t> next{0};
+  auto worker = [&]() {
+    auto cache = take_cache();
+    while (true) {
+      size_t i = next.fetch_add(1);
+      if (i >= segs.size()) break;
+      const Segment& sg = segs[i];
+      std::vector<uint32_t> ids;  // filled here, then moved: no false sharing on parts[]
+      if (sg.special != kNone) ids.push_back(sg.special);
+      else {
+        ids.reserve(sg.n / 3);
+        encode_ordinary_cached(sg.s, sg.n, ids, *cache);
+      }
+      parts[i] = std::move(ids);
+    }
+    give_cache(std::move(cache));
+  };
+  std::vector<std::thread> pool;
+  for (size_t w = 1; w < t; ++w) pool.emplace_back(worker);
+  worker();
+  for (auto& th : pool) th.join();
+  size_t total = out.size();
+  for (auto& p : parts) total += p.size();
+  out.reserve(total);
+  for (auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+}
+
+std::vector<uint32_t> Encoder::encode(std::string_view text, const std::vector<std::string>& allowed,
+                                      int threads) const {
+  std::vector<uint32_t> out;
+  out.reserve(text.size() / 3 + 16);
+  encode_segments(text, SpecialMatcher(allowed), threads, out);
+  return out;
+}
+
+void Encoder::encode_range(const std::vector<std::string_view>& texts, const SpecialMatcher& m, size_t begin,
+                           size_t end, std::vector<std::vector<uint32_t>>& out) const {
+  auto cache = take_cache();
+  for (size_t i = begin; i < end; ++i) {
+    std::string_view text = texts[i];
+    std::vector<uint32_t> ids;  // filled here, then moved: no false sharing on out[]
+    ids.reserve(text.size() / 4 + 4);
+    if (m.empty()) {
+      encode_ordinary_cached(reinterpret_cast<const uint8_t*>(text.data()), text.size(), ids, *cache);
+    } else {
+      for (const Segment& sg : segments_of(text, m, specials_, ~size_t(0) >> 1)) {
+        if (sg.special != kNone) ids.push_back(sg.special);
+        else encode_ordinary_cached(sg.s, sg.n, ids, *cache);
+      }
+    }
+    out[i] = std::move(ids);
+  }
+  give_cache(std::move(cache));
+}
+
+std::vector<std::vector<uint32_t>> Encoder::encode_batch(const std::vector<std::string_view>& texts,
+                                                         const std::vector<std::string>& allowed,
+                                                         int threads) const {
+  std::vector<std::vector<uint32_t>> out(texts.size());
+  SpecialMatcher m(allowed);
+  constexpr size_t kBlock = 64;  // texts handed out per atomic step
+  size_t nblocks = (texts.size() + kBlock - 1) / kBlock;
+  parallel_for(nblocks, threads, [&](size_t b) {
+    encode_range(texts, m, b * kBlock, std::min(texts.size(), (b + 1) * kBlock), out);
+  });
+  return out;
+}
+
+namespace {
+// Replace every maximal ill-formed subpart by U+FFFD, as Python's errors="replace".
+std::string replace_invalid(const std::string& in) {
+  std::string out;
+  out.reserve(in.size());
+  const uint8_t* s = reinterpret_cast<const uint8_t*>(in.data());
+  size_t n = in.size(), i = 0;
+  while (i < n) {
+    uint32_t cp;
+    size_t len = s[i] < 0x80 ? (cp = s[i], 1) : decode_utf8(s + i, n - i, cp);
+    if (cp == kInvalidCodepoint) out += "\xEF\xBF\xBD";
+    else out.append(in, i, len);
+    i += len;
+  }
+  return out;
+}
+}  // namespace
+
+void read_text_blocks(const std::string& path, const std::string& errors, const std::vector<std::string>& tokens,
+                      const std::function<void(std::string&, uint64_t, uint64_t)>& fn) {
+  bool replace = errors == "replace";
+  if (!replace && errors != "strict") throw TokenizerError("errors must be 'strict' or 'replace', not '" + errors + "'");
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) throw TokenizerError("cannot open " + path);
+  std::unique_ptr<FILE, int (*)(FILE*)> guard(f, &std::fclose);
+  std::fseek(f, 0, SEEK_END);
+  long long fsize = std::ftell(f);
+  std::fseek(f, 0, SEEK_SET);
+  SpecialMatcher m(tokens);
+  size_t longest = 0;
+  for (const auto& t : tokens) longest = std::max(longest, t.size());
+
+  const size_t block = size_t(16) << 20;
+  std::string buf;      // unconsumed bytes
+  uint64_t offset = 0;  // file offset of buf[0]
+  std::vector<char> tmp(block);
+  bool eof = false;
+  while (!eof || !buf.empty()) {
+    while (!eof && buf.size() < block) {
+      size_t got = std::fread(tmp.data(), 1, tmp.size(), f);
+      if (got == 0) eof = true;
+      buf.append(tmp.data(), got);
+    }
+    // Cut at the last safe place: after "\n" before a non-space, not inside a special token.
+    size_t cut = buf.size();
+    if (!eof) {
+      const uint8_t* s = reinterpret_cast<const uint8_t*>(buf.data());
+      size_t lo = buf.size() > block / 2 ? buf.size() - block / 2 : 0;
+      cut = safe_cut_before(s, buf.size(), lo, buf.size() - 1);
+      if (cut > lo && longest > 1) {
+        size_t from = cut > longest ? cut - longest : 0;
+        auto [p, k] = m.find(std::string_view(buf).substr(0, cut + longest), from);
+        if (p != std::string_view::npos && p < cut && p + tokens[k].size() > cut) cut = p;
+      }
+      if (cut <= lo) {
+        // No safe place in the last half block: read on (a line longer than a block).
+        size_t got = std::fread(tmp.data(), 1, tmp.size(), f);
+        if (got == 0) eof = true;
+        buf.append(tmp.data(), got);
+        continue;
+      }
+    }
+    std::string piece = buf.substr(0, cut);
+    buf.erase(0, cut);
+    size_t bad = utf8_error_offset(reinterpret_cast<const uint8_t*>(piece.data()), piece.size());
+    if (bad != piece.size()) {
+      if (!replace)
+        throw TokenizerError(path + ": invalid UTF-8 at byte offset " + std::to_string(offset + bad) +
+                             " (use errors='replace' to substitute U+FFFD)");
+      piece = replace_invalid(piece);
+    }
+    offset += cut;
+    fn(piece, offset, uint64_t(fsize > 0 ? fsize : 0));
+  }
+}
+
+std::vector<uint32_t> Encoder::encode_file(const std::string& path, int threads, const std::string& errors,
+                                           const ProgressFn& progress) const {
+  std::vector<std::string> tokens;
+  for (const auto& sp : specials_) tokens.push_back(sp.first);
+  SpecialMatcher m(tokens);
+  std::vector<uint32_t> out;
+  read_text_blocks(path, errors, tokens, [&](std::string& piece, uint64_t done, uint64_t total) {
+    if (out.empty()) out.reserve(size_t(total / 4));
+    encode_segments(piece, m, threads, out);
+    if (progress && !progress(done, total)) throw std::runtime_error("cancelled");
+  });
+  return out;
+}
+
+void Trainer::add_file(const std::string& path, const std::string& errors, const ProgressFn& progress) {
+  read_text_blocks(path, errors, specials_.tokens(), [&](std::string& piece, uint64_t done, uint64_t total) {
+    add({std::string_view(piece)});
+    if (progress && !progress(done, total)) throw std::runtime_error("cancelled");
+  });
+}
+
+std::string Encoder::decode_bytes(const uint32_t* ids, size_t n) const {
+  std::string out;
+  out.reserve(n * 4);
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t t = ids[i];
+    if (t < vocab_.size()) {
+      out += vocab_[t];
+      continue;
+    }
+    bool found = false;
+    for (const auto& sp : specials_) {
+      if (sp.second == t) {
+        out += sp.first;
+        found = true;
+        break;
+      }
+    }
+    if (!found) throw TokenizerError("token id " + std::to_string(t) + " is not in the vocabulary");
+  }
+  return out;
+}
+
+}  // namespace alilama

@@ -1,0 +1,149 @@
+// Byte-level BPE: trainer and encoder, with no Python in them (the binding is
+// binding.cpp). Semantics are those of plugins/alilama_bpe/reference.py.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "hashmap.hpp"
+
+namespace alilama {
+
+using Merge = std::pair<uint32_t, uint32_t>;
+
+// Finds special tokens in text: the leftmost occurrence, the longest on a tie.
+class SpecialMatcher {
+ public:
+  SpecialMatcher() = default;
+  explicit SpecialMatcher(std::vector<std::string> tokens) : tokens_(std::move(tokens)) {}
+  bool empty() const { return tokens_.empty(); }
+  // Position and index of the first special token at or after `from`; pos == npos if none.
+  std::pair<size_t, size_t> find(std::string_view text, size_t from) const;
+  const std::vector<std::string>& tokens() const { return tokens_; }
+
+ private:
+  std::vector<std::string> tokens_;
+};
+
+// Run fn(i) for i in [0, n) on up to `threads` threads (the caller's included).
+void parallel_for(size_t n, int threads, const std::function<void(size_t)>& fn);
+
+// Cuts [0, n) into pieces of about `target` bytes at places that do not change chunks.
+std::vector<std::pair<size_t, size_t>> cut_pieces(const uint8_t* s, size_t n, size_t target);
+
+struct ChunkStat {
+  uint64_t count;
+  uint64_t first;  // position of the first occurrence in the stream of all texts
+};
+
+// Progress: called with (done, total); returns false to cancel.
+using ProgressFn = std::function<bool(uint64_t, uint64_t)>;
+
+// Reads a UTF-8 file in ~16 MiB blocks cut where chunks cannot change (and never inside
+// one of `tokens`), validates each (strict: TokenizerError with the byte offset; replace:
+// U+FFFD) and calls fn(block, bytes_done, file_size).
+void read_text_blocks(const std::string& path, const std::string& errors, const std::vector<std::string>& tokens,
+                      const std::function<void(std::string&, uint64_t, uint64_t)>& fn);
+
+class Trainer {
+ public:
+  Trainer(std::vector<std::string> specials, int threads)
+      : specials_(std::move(specials)), threads_(threads < 1 ? 1 : threads) {}
+
+  // Count the chunks of `texts` (cut at special tokens first). Thread-safe for one caller.
+  void add(const std::vector<std::string_view>& texts);
+
+  // Count the chunks of a UTF-8 file, read in blocks (memory does not grow with the file).
+  // errors: "strict" (TokenizerError naming the byte offset) or "replace" (U+FFFD).
+  void add_file(const std::string& path, const std::string& errors, const ProgressFn& progress);
+
+  // Learn up to num_merges merges; fewer when no pair is left. Consumes the counts
+  // (a Trainer trains once). Throws
+  // std::runtime_error("cancelled") when progress returns false.
+  std::vector<Merge> train(size_t num_merges, const ProgressFn& progress);
+
+  size_t unique_chunks() const { return trained_ ? unique_after_train_ : counts_.size(); }
+  uint64_t total_bytes() const { return total_bytes_; }
+  uint64_t total_chunks() const { return total_chunks_; }
+
+ private:
+  SpecialMatcher specials_;
+  int threads_;
+  StringMap<ChunkStat> counts_;
+  uint64_t stream_pos_ = 0;
+  uint64_t total_bytes_ = 0;
+  uint64_t total_chunks_ = 0;
+  size_t unique_after_train_ = 0;
+  bool trained_ = false;
+};
+
+class Encoder {
+ public:
+  Encoder(const std::vector<Merge>& merges, std::vector<std::pair<std::string, uint32_t>> specials);
+  ~Encoder();
+  Encoder(const Encoder&) = delete;
+  Encoder& operator=(const Encoder&) = delete;
+
+  // Ids of ordinary text (special tokens are not looked for).
+  void encode_ordinary(const uint8_t* s, size_t n, std::vector<uint32_t>& out) const;
+  // Ids of text where the special tokens named in `allowed` are recognised.
+  std::vector<uint32_t> encode(std::string_view text, const std::vector<std::string>& allowed,
+                               int threads) const;
+  std::vector<std::vector<uint32_t>> encode_batch(const std::vector<std::string_view>& texts,
+                                                  const std::vector<std::string>& allowed,
+                                                  int threads) const;
+  // Encode texts[begin, end) into out[begin, end) (one thread; for pipelined callers).
+  void encode_range(const std::vector<std::string_view>& texts, const SpecialMatcher& m, size_t begin,
+                    size_t end, std::vector<std::vector<uint32_t>>& out) const;
+  // Stream a UTF-8 file; every special token is recognised. errors: "strict" or "replace".
+  std::vector<uint32_t> encode_file(const std::string& path, int threads, const std::string& errors,
+                                    const ProgressFn& progress) const;
+
+  std::string decode_bytes(const uint32_t* ids, size_t n) const;
+  size_t vocab_size() const { return vocab_.size(); }
+  size_t num_merges() const { return num_merges_; }
+  // Largest id in use (merges and special tokens).
+  uint32_t max_id() const {
+    uint32_t m = uint32_t(vocab_.size() - 1);
+    for (const auto& sp : specials_) m = std::max(m, sp.second);
+    return m;
+  }
+
+ private:
+  struct Cache;
+  struct CacheLease;
+  void encode_chunk(const uint8_t* s, size_t n, std::vector<uint32_t>& out) const;
+  void encode_ordinary_cached(const uint8_t* s, size_t n, std::vector<uint32_t>& out, Cache& cache) const;
+  void encode_segments(std::string_view text, const SpecialMatcher& m, int threads,
+                       std::vector<uint32_t>& out) const;
+  uint32_t rank_of(uint32_t a, uint32_t b) const {
+    const uint32_t* v = ranks_.find(pair_key(a, b));
+    return v ? *v : kNoRank;
+  }
+  std::unique_ptr<Cache> take_cache() const;
+  void give_cache(std::unique_ptr<Cache> c) const;
+
+  static constexpr uint32_t kNoRank = 0xFFFFFFFFu;
+  U64Map ranks_;  // pair -> merged id (256 + rank; lower id = earlier merge)
+  std::vector<std::string> vocab_;
+  std::vector<std::pair<std::string, uint32_t>> specials_;
+  size_t num_merges_;
+  mutable std::mutex cache_mu_;
+  mutable std::vector<std::unique_ptr<Cache>> cache_pool_;
+};
+
+class TokenizerError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+}  // namespace alilama

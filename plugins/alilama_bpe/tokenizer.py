@@ -1,0 +1,501 @@
+"""``BPETokenizer``: byte-level BPE with GPT-4 pre-tokenization.
+
+Worked example::
+
+    >>> from alilama_bpe.tokenizer import BPETokenizer
+    >>> tok = BPETokenizer.train(["aaabdaaabac"] * 3, vocab_size=259)
+    >>> tok.merges
+    [(97, 97), (256, 97), (257, 98)]
+    >>> tok.encode("aaab")
+    [258]
+    >>> tok.decode([258, 97])
+    'aaaba'
+
+Vocabulary: ids 0..255 are bytes, ``256 + i`` is the i-th merge, and special
+tokens take the ids right after the merges. ``vocab_size`` in :meth:`train`
+counts all three, so ``merges = vocab_size - 256 - len(special_tokens)``.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from alilama_core.errors import TokenizerError
+from alilama_core.tokenizer import AllowedSpecial, ProgressCallback, Tokenizer
+
+from alilama_bpe import _backend, reference
+from alilama_bpe.reference import GPT4_SPLIT_PATTERN
+
+if TYPE_CHECKING:
+    import numpy as np
+
+_BATCH_BYTES = 32 << 20  # texts are handed to the native counter in batches of this size
+
+
+def _default_threads(threads: int | None) -> int:
+    if threads is not None and threads > 0:
+        return threads
+    return os.cpu_count() or 1
+
+
+def check_special_tokens(tokens: Iterable[str]) -> list[str]:
+    """Validated list of special tokens: non-empty, no whitespace, none inside another."""
+    out: list[str] = []
+    for t in tokens:
+        if not isinstance(t, str) or not t:
+            raise TokenizerError(f"special tokens must be non-empty strings, got {t!r}")
+        if any(c.isspace() for c in t):
+            raise TokenizerError(f"special token {t!r} contains whitespace, which the .model format cannot hold")
+        if t in out:
+            raise TokenizerError(f"special token {t!r} is given twice")
+        out.append(t)
+    for a in out:
+        for b in out:
+            if a != b and a in b:
+                raise TokenizerError(
+                    f"special tokens collide: {a!r} is part of {b!r}, so text holding {b!r} would be ambiguous"
+                )
+    return out
+
+
+class BPETokenizer(Tokenizer):
+    """Byte-level BPE tokenizer (minbpe's RegexTokenizer semantics, native speed)."""
+
+    name: ClassVar[str] = "bpe"
+    backend: ClassVar[str | None] = None
+    """``"native"``, ``"python"`` or None (native when built); subclasses may pin it."""
+
+    def __init__(
+        self,
+        merges: Sequence[tuple[int, int]] = (),
+        special_tokens: dict[str, int] | None = None,
+        pattern: str = GPT4_SPLIT_PATTERN,
+        *,
+        backend: str | None = None,
+    ):
+        self._merges: list[tuple[int, int]] = []
+        for i, pair in enumerate(merges):
+            a, b = int(pair[0]), int(pair[1])
+            if not (0 <= a < 256 + i and 0 <= b < 256 + i):
+                raise TokenizerError(f"merge {i} ({a}, {b}) uses an id that is not defined before it")
+            self._merges.append((a, b))
+        if len(set(self._merges)) != len(self._merges):
+            raise TokenizerError("the merges repeat a pair")
+        specials = dict(special_tokens or {})
+        check_special_tokens(specials)
+        n = 256 + len(self._merges)
+        ids = list(specials.values())
+        if len(set(ids)) != len(ids):
+            raise TokenizerError(f"special tokens share an id: {specials}")
+        for tok, i in specials.items():
+            if not isinstance(i, int) or i < n:
+                raise TokenizerError(f"special token {tok!r} has id {i}, which is taken by a byte or a merge (< {n})")
+        self._special = specials
+        self.pattern = pattern
+        self.requested_vocab_size: int | None = None
+        self.stopped_early = False
+        chosen = backend if backend is not None else type(self).backend
+        self._impl = _backend.resolve(chosen)
+        if self._impl == "native" and pattern != GPT4_SPLIT_PATTERN:
+            if chosen == "native":
+                raise TokenizerError("the native backend supports only the GPT-4 split pattern")
+            self._impl = "python"
+        self._vocab: list[bytes] | None = None
+        if self._impl == "native":
+            self._enc: Any = _backend.native.Encoder(self._merges, sorted(specials.items(), key=lambda kv: kv[1]))
+        else:
+            self._enc = reference.Encoder(self._merges, pattern)
+
+    # ------------------------------------------------------------------ info
+
+    @property
+    def implementation(self) -> str:
+        """``"native"`` or ``"python"``: which code does the work."""
+        return self._impl
+
+    @property
+    def merges(self) -> list[tuple[int, int]]:
+        return list(self._merges)
+
+    @property
+    def vocab_size(self) -> int:
+        return max([255 + len(self._merges) + 1, *(i + 1 for i in self._special.values())])
+
+    @property
+    def special_tokens(self) -> dict[str, int]:
+        return dict(self._special)
+
+    @property
+    def vocab(self) -> dict[int, bytes]:
+        """Bytes of every id (special tokens as their UTF-8 text)."""
+        out = dict(enumerate(self._vocab_list()))
+        out.update({i: t.encode("utf-8") for t, i in self._special.items()})
+        return out
+
+    def _vocab_list(self) -> list[bytes]:
+        if self._vocab is None:
+            self._vocab = reference.vocab_bytes(self._merges)
+        return self._vocab
+
+    def __repr__(self) -> str:
+        return (
+            f"BPETokenizer(vocab_size={self.vocab_size}, merges={len(self._merges)}, "
+            f"special_tokens={self._special}, implementation={self._impl!r})"
+        )
+
+    # ------------------------------------------------------------------ training
+
+    @classmethod
+    def train(
+        cls,
+        texts: Iterable[str],
+        vocab_size: int,
+        *,
+        special_tokens: Sequence[str] = (),
+        threads: int | None = None,
+        progress: ProgressCallback | None = None,
+        pattern: str = GPT4_SPLIT_PATTERN,
+        backend: str | None = None,
+    ) -> "BPETokenizer":
+        """Learn merges from ``texts``; ``vocab_size`` counts bytes, merges and special tokens.
+
+        Special tokens are document separators: text is cut at them and they are
+        never learned from. When the text allows fewer merges, training stops
+        early with a warning and ``stopped_early`` set. ``progress(done, total)``
+        follows the merges.
+        """
+        if isinstance(texts, str):
+            texts = [texts]
+        return cls._train(vocab_size, special_tokens, threads, progress, pattern, backend, texts=texts)
+
+    @classmethod
+    def train_files(
+        cls,
+        paths: Sequence[str | os.PathLike[str]],
+        vocab_size: int,
+        *,
+        errors: str = "strict",
+        read_progress: ProgressCallback | None = None,
+        special_tokens: Sequence[str] = (),
+        threads: int | None = None,
+        progress: ProgressCallback | None = None,
+        pattern: str = GPT4_SPLIT_PATTERN,
+        backend: str | None = None,
+    ) -> "BPETokenizer":
+        """:meth:`train` on UTF-8 files, streamed in blocks by the native code.
+
+        A file that is not UTF-8 raises ``TokenizerError`` naming it and the byte
+        offset, unless ``errors="replace"`` (U+FFFD). ``read_progress(bytes_read,
+        total_bytes)`` follows the reading and counting.
+        """
+        if errors not in ("strict", "replace"):
+            raise TokenizerError(f"errors must be 'strict' or 'replace', not {errors!r}")
+        paths = [os.fspath(p) for p in paths]
+        for p in paths:
+            if not os.path.isfile(p):
+                raise TokenizerError(f"no such file: {p}")
+        return cls._train(
+            vocab_size, special_tokens, threads, progress, pattern, backend,
+            paths=paths, errors=errors, read_progress=read_progress,
+        )
+
+    @classmethod
+    def _train(
+        cls,
+        vocab_size: int,
+        special_tokens: Sequence[str],
+        threads: int | None,
+        progress: ProgressCallback | None,
+        pattern: str,
+        backend: str | None,
+        *,
+        texts: Iterable[str] | None = None,
+        paths: Sequence[str] | None = None,
+        errors: str = "strict",
+        read_progress: ProgressCallback | None = None,
+    ) -> "BPETokenizer":
+        specials = check_special_tokens(special_tokens)
+        if not isinstance(vocab_size, int) or vocab_size < 256 + len(specials):
+            raise TokenizerError(
+                f"vocab_size must be at least 256 (the bytes) + {len(specials)} (special tokens), got {vocab_size}"
+            )
+        num_merges = vocab_size - 256 - len(specials)
+        impl = _backend.resolve(backend if backend is not None else cls.backend)
+        if impl == "native" and pattern != GPT4_SPLIT_PATTERN:
+            impl = "python"
+        sizes = [os.path.getsize(p) for p in paths] if paths is not None else []
+        if impl == "native":
+            native = _backend.native
+            trainer = native.Trainer(specials, _default_threads(threads))
+            if paths is not None:
+                before = 0
+                for p, size in zip(paths, sizes):
+
+                    def file_progress(done: int, total: int, before: int = before) -> None:
+                        if read_progress is not None:
+                            read_progress(before + done, sum(sizes))
+
+                    try:
+                        trainer.add_file(p, errors, file_progress)
+                    except native.NativeTokenizerError as e:
+                        raise TokenizerError(str(e)) from None
+                    before += size
+            else:
+                batch: list[str] = []
+                size = 0
+                for t in texts or ():
+                    if not isinstance(t, str):
+                        raise TokenizerError(f"texts must be str, got {type(t).__name__}")
+                    batch.append(t)
+                    size += len(t)
+                    if size >= _BATCH_BYTES:
+                        _add(trainer, batch)
+                        batch, size = [], 0
+                if batch:
+                    _add(trainer, batch)
+            if trainer.total_bytes == 0:
+                raise TokenizerError("no text to train on (the input is empty)")
+            merges = [tuple(m) for m in trainer.train(num_merges, progress)]
+        else:
+            if paths is not None:
+
+                def read_all() -> Iterable[str]:
+                    done = 0
+                    for p, size in zip(paths, sizes):
+                        yield read_text(p, errors)
+                        done += size
+                        if read_progress is not None:
+                            read_progress(done, sum(sizes))
+
+                texts = read_all()
+            counts = reference.count_chunks(_checked(texts or ()), pattern, specials)
+            if not counts:
+                raise TokenizerError("no text to train on (the input is empty)")
+            merges = reference.train_incremental(counts, num_merges, progress)
+        n = 256 + len(merges)
+        tok = cls(merges, {t: n + k for k, t in enumerate(specials)}, pattern, backend=backend)
+        tok.requested_vocab_size = vocab_size
+        if len(merges) < num_merges:
+            tok.stopped_early = True
+            warnings.warn(
+                f"the text allows only {len(merges)} merges, not {num_merges}: "
+                f"the vocabulary has {tok.vocab_size} ids instead of {vocab_size}",
+                stacklevel=3,
+            )
+        return tok
+
+    # ------------------------------------------------------------------ encoding
+
+    def _allowed(self, text_or_texts: str | Sequence[str], allowed_special: AllowedSpecial) -> list[str]:
+        """Special tokens to recognise; raise if a disallowed one occurs in the text."""
+        if allowed_special == "all":
+            return list(self._special)
+        if allowed_special == "none":
+            return []
+        if allowed_special == "none_raise":
+            allowed: set[str] = set()
+        elif not isinstance(allowed_special, str) and hasattr(allowed_special, "__iter__"):
+            allowed = set(allowed_special)  # type: ignore[arg-type]
+            unknown = allowed - set(self._special)
+            if unknown:
+                raise TokenizerError(f"unknown special tokens in allowed_special: {sorted(unknown)}")
+        else:
+            raise TokenizerError(f"allowed_special must be 'all', 'none', 'none_raise' or a set, not {allowed_special!r}")
+        disallowed = [t for t in self._special if t not in allowed]
+        texts = [text_or_texts] if isinstance(text_or_texts, str) else text_or_texts
+        if disallowed:
+            found = self._find_special(texts, disallowed)
+            if found is not None:
+                t = found[1]
+                raise TokenizerError(
+                    f"the text contains the special token {t!r}; pass allowed_special='all' (or a set holding it) "
+                    f"to encode it as a special token, or allowed_special='none' to encode it as plain text"
+                )
+        return [t for t in self._special if t in allowed]
+
+    def _find_special(self, texts: Sequence[str], tokens: list[str]) -> tuple[int, str] | None:
+        if self._impl == "native" and len(texts) > 8:
+            try:
+                return _backend.native.find_special(texts, tokens)
+            except (UnicodeEncodeError, TypeError):
+                pass  # reported by the encoder itself
+        for i, text in enumerate(texts):
+            for t in tokens:
+                if isinstance(text, str) and t in text:
+                    return i, t
+        return None
+
+    def encode(self, text: str, allowed_special: AllowedSpecial = "none_raise") -> list[int]:
+        if not isinstance(text, str):
+            raise TypeError(f"encode() takes str, not {type(text).__name__}")
+        allowed = self._allowed(text, allowed_special)
+        try:
+            if self._impl == "native":
+                return self._enc.encode(text, allowed, 1)
+            return self._encode_python(text, allowed)
+        except UnicodeEncodeError as e:
+            raise TokenizerError(f"the text is not valid Unicode (lone surrogate at character {e.start})") from None
+
+    def encode_ordinary(self, text: str) -> list[int]:
+        """Ids of ``text`` with special tokens treated as plain text."""
+        return self.encode(text, allowed_special="none")
+
+    def _encode_python(self, text: str, allowed: Sequence[str]) -> list[int]:
+        if not allowed:
+            return self._enc.encode_ordinary(text)
+        out: list[int] = []
+        pieces = reference.split_specials_keep(text, allowed)
+        for k, piece in enumerate(pieces):
+            if k % 2:
+                out.append(self._special[piece])
+            elif piece:
+                out.extend(self._enc.encode_ordinary(piece))
+        return out
+
+    def encode_batch(
+        self,
+        texts: Sequence[str],
+        *,
+        threads: int | None = None,
+        allowed_special: AllowedSpecial = "none_raise",
+    ) -> list[list[int]]:
+        texts = texts if isinstance(texts, list) else list(texts)
+        if self._impl == "python":
+            for t in texts:
+                if not isinstance(t, str):
+                    raise TypeError(f"encode_batch() takes a list of str, not of {type(t).__name__}")
+        allowed = self._allowed(texts, allowed_special)
+        try:
+            if self._impl == "native":
+                return self._enc.encode_batch(texts, allowed, _default_threads(threads))
+            return [self._encode_python(t, allowed) for t in texts]
+        except UnicodeEncodeError as e:
+            raise TokenizerError(f"a text is not valid Unicode (lone surrogate at character {e.start})") from None
+
+    def encode_file(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        threads: int | None = None,
+        errors: str = "strict",
+        progress: ProgressCallback | None = None,
+    ) -> "np.ndarray":
+        """Ids of a UTF-8 file as a numpy array (uint16 when every id fits, else uint32).
+
+        The file is read in pieces and encoded on ``threads`` threads; every
+        special token in it (e.g. the ``<|endoftext|>`` between documents) is
+        encoded as its id. A non-UTF-8 file raises ``TokenizerError`` naming
+        the byte offset, unless ``errors="replace"``.
+        """
+        import numpy as np
+
+        path = os.fspath(path)
+        if not os.path.isfile(path):
+            raise TokenizerError(f"no such file: {path}")
+        if errors not in ("strict", "replace"):
+            raise TokenizerError(f"errors must be 'strict' or 'replace', not {errors!r}")
+        if self._impl == "native":
+            try:
+                return self._enc.encode_file(path, _default_threads(threads), errors, progress)
+            except _backend.native.NativeTokenizerError as e:
+                raise TokenizerError(str(e)) from None
+        text = read_text(path, errors)
+        ids = self._encode_python(text, list(self._special))
+        if progress is not None:
+            progress(os.path.getsize(path), os.path.getsize(path))
+        dtype = np.uint16 if self.vocab_size <= 65536 else np.uint32
+        return np.asarray(ids, dtype=dtype)
+
+    # ------------------------------------------------------------------ decoding
+
+    def decode_bytes(self, ids: Iterable[int]) -> bytes:
+        if self._impl == "native":
+            try:
+                return self._enc.decode_bytes(ids if hasattr(ids, "__array__") else list(ids))
+            except ValueError as e:
+                raise TokenizerError(str(e)) from None
+        vocab = self._vocab_list()
+        inverse = {i: t.encode("utf-8") for t, i in self._special.items()}
+        out = []
+        for i in ids:
+            i = int(i)
+            if 0 <= i < len(vocab):
+                out.append(vocab[i])
+            elif i in inverse:
+                out.append(inverse[i])
+            else:
+                raise TokenizerError(f"token id {i} is not in the vocabulary")
+        return b"".join(out)
+
+    def decode(self, ids: Iterable[int], errors: str = "replace") -> str:
+        return self.decode_bytes(ids).decode("utf-8", errors=errors)
+
+    # ------------------------------------------------------------------ files
+
+    def save(self, directory: str | os.PathLike[str]) -> None:
+        from alilama_bpe import formats
+
+        formats.save(self, Path(directory))
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike[str], *, backend: str | None = None) -> "BPETokenizer":
+        """Load a folder written by :meth:`save`, or a minbpe ``.model`` file."""
+        from alilama_bpe import formats
+
+        merges, specials, pattern = formats.read_model(formats.model_path(Path(directory)))
+        return cls(merges, specials, pattern, backend=backend)
+
+    def to_hf_json(self) -> dict:
+        """The Hugging Face ``tokenizers`` ``tokenizer.json`` content (byte-level BPE)."""
+        from alilama_bpe import formats
+
+        return formats.hf_tokenizer_json(self)
+
+    def save_hf(self, directory: str | os.PathLike[str]) -> Path:
+        """Write ``tokenizer.json`` into ``directory``; returns its path."""
+        from alilama_bpe import formats
+
+        return formats.save_hf(self, Path(directory))
+
+    def to_tiktoken(self, name: str = "alilama-bpe"):
+        """A ``tiktoken.Encoding`` with the same merges and special tokens."""
+        from alilama_bpe import formats
+
+        return formats.tiktoken_encoding(self, name)
+
+
+def _add(trainer: Any, batch: list[str]) -> None:
+    try:
+        trainer.add(batch)
+    except UnicodeEncodeError as e:
+        raise TokenizerError(f"a text is not valid Unicode (lone surrogate at character {e.start})") from None
+
+
+def _checked(texts: Iterable[str]) -> Iterable[str]:
+    for t in texts:
+        if not isinstance(t, str):
+            raise TokenizerError(f"texts must be str, got {type(t).__name__}")
+        yield t
+
+
+def read_text(path: str | os.PathLike[str], errors: str = "strict") -> str:
+    """Contents of a UTF-8 file; bad bytes raise ``TokenizerError`` naming the offset."""
+    if errors not in ("strict", "replace"):
+        raise TokenizerError(f"errors must be 'strict' or 'replace', not {errors!r}")
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise TokenizerError(f"no such file: {path}") from None
+    except IsADirectoryError:
+        raise TokenizerError(f"{path} is a directory, not a text file") from None
+    try:
+        return data.decode("utf-8", errors=errors)
+    except UnicodeDecodeError as e:
+        raise TokenizerError(
+            f"{path}: invalid UTF-8 at byte offset {e.start} (use --errors replace / errors='replace' "
+            f"to substitute U+FFFD)"
+        ) from None

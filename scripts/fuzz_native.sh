@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Build the native tokenizer with AddressSanitizer + UndefinedBehaviorSanitizer and run a
+# bounded randomised fuzz over arbitrary input (see native/fuzz_main.cpp).
+#
+#   bash scripts/fuzz_native.sh [SECONDS]      # default 40 s of fuzzing (plus ~15 s to build)
+#
+# Needs only g++ (or $CXX) and Python 3 (for the Unicode tables). FUZZ_SEED fixes the seed.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+seconds="${1:-${FUZZ_SECONDS:-40}}"
+seed="${FUZZ_SEED:-$(date +%s)}"
+build="${FUZZ_BUILD_DIR:-build/fuzz}"
+cxx="${CXX:-g++}"
+python="${PYTHON:-}"
+if [[ -z "$python" ]]; then
+  if [[ -x .venv/bin/python ]]; then python=.venv/bin/python; else python=python3; fi
+fi
+
+mkdir -p "$build"
+"$python" native/gen_unicode_tables.py "$build/unicode_tables.h"
+echo "building $build/fuzz_native with $cxx -fsanitize=address,undefined"
+"$cxx" -std=c++17 -O1 -g -fno-omit-frame-pointer \
+  -fsanitize=address,undefined -fno-sanitize-recover=all \
+  -I"$build" -Inative native/bpe.cpp native/fuzz_main.cpp -o "$build/fuzz_native" -pthread
+
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:halt_on_error=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+"$build/fuzz_native" --seconds "$seconds" --seed "$seed"

@@ -1,0 +1,116 @@
+"""``alilama tokenizer ...`` through typer's CliRunner, on a throwaway app."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import typer
+from typer.testing import CliRunner
+
+import alilama_bpe
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def app(impl, monkeypatch):
+    if impl == "python":
+        monkeypatch.setattr("alilama_bpe.tokenizer.BPETokenizer.backend", "python")
+    a = typer.Typer()
+    alilama_bpe.register_commands(a)
+    return a
+
+
+@pytest.fixture
+def corpus(tmp_path, stories):
+    path = tmp_path / "corpus.txt"
+    path.write_text(stories[:120_000], encoding="utf-8")
+    return path
+
+
+def test_train_info_encode_decode(app, corpus, tmp_path):
+    out = tmp_path / "tok"
+    r = runner.invoke(app, ["tokenizer", "train", "--input", str(corpus), "--vocab-size", "512", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "merges" in r.output and "255" in r.output and "tokens/byte" in r.output
+    assert (out / "tokenizer.model").is_file()
+
+    r = runner.invoke(app, ["tokenizer", "info", "--tokenizer", str(out), "--json"])
+    assert r.exit_code == 0 and '"vocab_size": 512' in r.output
+
+    r = runner.invoke(app, ["tokenizer", "encode", "--tokenizer", str(out), "Once upon a time<|endoftext|>"])
+    assert r.exit_code == 0, r.output
+    ids = [int(x) for x in r.output.split()]
+    assert ids[-1] == 511
+
+    r = runner.invoke(app, ["tokenizer", "decode", "--tokenizer", str(out), *map(str, ids)])
+    assert r.exit_code == 0 and r.output == "Once upon a time<|endoftext|>\n"
+
+    npy = tmp_path / "ids.npy"
+    r = runner.invoke(app, ["tokenizer", "encode", "-t", str(out), "--input", str(corpus), "--out", str(npy)])
+    assert r.exit_code == 0, r.output
+    arr = np.load(npy)
+    assert arr.dtype == np.uint16
+    r = runner.invoke(app, ["tokenizer", "decode", "-t", str(out), "--input", str(npy)])
+    assert r.output[:-1] == corpus.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--vocab-size", "100"], "at least 256"),
+        (["--vocab-size", "300", "--special", "<|a|>", "--special", "<|a|>"], "given twice"),
+        (["--vocab-size", "300", "--errors", "ignore"], "strict"),
+    ],
+)
+def test_train_bad_arguments(app, corpus, tmp_path, args, message):
+    r = runner.invoke(app, ["tokenizer", "train", "--input", str(corpus), "--out", str(tmp_path / "t"), *args])
+    assert r.exit_code == 1
+    assert message in r.output
+    assert "Traceback" not in r.output
+
+
+def test_train_non_utf8_and_empty(app, tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"ok ok ok\n\xff\xfe nope")
+    r = runner.invoke(app, ["tokenizer", "train", "-i", str(bad), "-v", "300", "-o", str(tmp_path / "t")])
+    assert r.exit_code == 1 and "invalid UTF-8 at byte offset 9" in r.output and "bad.txt" in r.output
+    r = runner.invoke(app, ["tokenizer", "train", "-i", str(bad), "-v", "260", "-o", str(tmp_path / "t"), "--errors", "replace"])
+    assert r.exit_code == 0, r.output
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    r = runner.invoke(app, ["tokenizer", "train", "-i", str(empty), "-v", "300", "-o", str(tmp_path / "t")])
+    assert r.exit_code == 1 and "empty" in r.output
+    r = runner.invoke(app, ["tokenizer", "train", "-i", str(tmp_path / "none.txt"), "-v", "300", "-o", str(tmp_path / "t")])
+    assert r.exit_code == 1 and "no such input file" in r.output
+
+
+def test_train_stops_early_and_says_so(app, tmp_path):
+    small = tmp_path / "small.txt"
+    small.write_text("abcd abcd")
+    r = runner.invoke(app, ["tokenizer", "train", "-i", str(small), "-v", "400", "-o", str(tmp_path / "t")])
+    assert r.exit_code == 0, r.output
+    assert "stopped early" in r.output and "allows only" in r.output
+
+
+def test_missing_or_corrupt_tokenizer(app, tmp_path):
+    r = runner.invoke(app, ["tokenizer", "info", "-t", str(tmp_path / "nope")])
+    assert r.exit_code == 1 and "no such tokenizer" in r.output
+    (tmp_path / "tokenizer.model").write_text("garbage\n")
+    r = runner.invoke(app, ["tokenizer", "encode", "-t", str(tmp_path), "hi"])
+    assert r.exit_code == 1 and "corrupt" in r.output and "Traceback" not in r.output
+
+
+def test_plugin_registers_the_tokenizer():
+    names = []
+    alilama_bpe.register_tokenizers(lambda name, target: names.append((name, target)))
+    assert names == [("bpe", "alilama_bpe.tokenizer:BPETokenizer")]
+
+
+def test_plugin_import_is_light():
+    import subprocess
+    import sys
+
+    code = "import sys, alilama_bpe; bad = [m for m in ('torch', 'numpy', 'alilama_bpe._native', 'typer') if m in sys.modules]; print(bad)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

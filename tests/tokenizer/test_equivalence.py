@@ -1,0 +1,101 @@
+"""The native code and the pure-Python reference agree token for token."""
+
+from __future__ import annotations
+
+import pytest
+
+from alilama_bpe.tokenizer import BPETokenizer
+
+
+def test_train_native_equals_reference_with_specials(stories, impl):
+    if impl == "python":
+        pytest.skip("compares the two implementations; runs once, under [native]")
+    text = stories[:150_000]
+    kw = dict(special_tokens=["<|endoftext|>"])
+    native = BPETokenizer.train([text], 256 + 200 + 1, backend="native", **kw)
+    python = BPETokenizer.train([text], 256 + 200 + 1, backend="python", **kw)
+    assert native.merges == python.merges
+    assert native.special_tokens == python.special_tokens == {"<|endoftext|>": 456}
+    sample = stories[150_000:260_000]
+    assert native.encode(sample, allowed_special="all") == python.encode(sample, allowed_special="all")
+    assert native.encode(sample, allowed_special="none") == python.encode(sample, allowed_special="none")
+
+
+def test_threads_do_not_change_results(bpe, stories):
+    text = stories[:200_000]
+    docs = text.split("<|endoftext|>")
+    one = bpe.train(docs, 400, threads=1)
+    two = bpe.train(docs, 400, threads=2)
+    assert one.merges == two.merges
+    assert one.encode_batch(docs, threads=1) == two.encode_batch(docs, threads=2)
+    assert one.encode_batch(docs, threads=2) == [one.encode(d) for d in docs]
+
+
+def test_special_tokens_are_boundaries_in_training(bpe):
+    # "xy" only ever appears across a separator: it must never be learned.
+    text = "ab x<|endoftext|>y ab " * 20
+    tok = bpe.train([text], 256 + 3 + 1, special_tokens=["<|endoftext|>"])
+    vocab = tok.vocab
+    assert all(b"x" + b"y" not in vocab[256 + i] for i in range(len(tok.merges)))
+    assert all(b"<|" not in vocab[256 + i] for i in range(len(tok.merges)))
+
+
+def test_vocab_size_counts_bytes_merges_and_specials(bpe, stories):
+    tok = bpe.train([stories[:50_000]], 300, special_tokens=["<|endoftext|>", "<|pad|>"])
+    assert len(tok.merges) == 300 - 256 - 2
+    assert tok.vocab_size == 300
+    assert tok.special_tokens == {"<|endoftext|>": 298, "<|pad|>": 299}
+    assert tok.eot_id == 298
+
+
+def test_encode_large_text_in_threads_equals_one_thread(bpe, stories):
+    tok = bpe.train([stories[:100_000]], 500, special_tokens=["<|endoftext|>"])
+    ids = tok.encode(stories, allowed_special="all")
+    assert tok.decode(ids) == stories
+    if bpe.backend == "native":
+        arr = tok._enc.encode_to_array(stories, ["<|endoftext|>"], 2)
+        assert arr.tolist() == ids
+
+
+def test_encode_file_equals_encode(bpe, stories, tmp_path):
+    tok = bpe.train([stories[:100_000]], 600, special_tokens=["<|endoftext|>"])
+    path = tmp_path / "s.txt"
+    path.write_text(stories * 3, encoding="utf-8")
+    arr = tok.encode_file(path, threads=2)
+    assert str(arr.dtype) == "uint16"
+    assert arr.tolist() == tok.encode(stories * 3, allowed_special="all")
+    assert (arr == tok.eot_id).sum() == stories.count("<|endoftext|>") * 3
+
+
+def test_encode_file_uint32_for_large_vocab(bpe, tmp_path):
+    tok = BPETokenizer([], {"<|endoftext|>": 70_000}, backend=bpe.backend)
+    path = tmp_path / "a.txt"
+    path.write_text("hi<|endoftext|>there", encoding="utf-8")
+    arr = tok.encode_file(path)
+    assert str(arr.dtype) == "uint32"
+    assert arr.tolist() == [104, 105, 70_000, 116, 104, 101, 114, 101]
+
+
+def test_long_chunks_use_the_same_merges(bpe):
+    # Chunks longer than the short-chunk path (whitespace runs, long words).
+    text = ("a" * 500 + " " + "ab" * 300 + " " + " " * 700 + "x\n") * 3
+    tok = bpe.train([text], 256 + 40)
+    from alilama_bpe import reference
+
+    ref = reference.Encoder(tok.merges)
+    assert tok.encode(text) == ref.encode_ordinary(text)
+
+
+def test_files_larger_than_a_block_stream_correctly(bpe, stories, tmp_path):
+    # 17 MB > the 16 MiB read block: cuts between blocks must not change anything.
+    text = stories * (17_000_000 // len(stories) + 1)
+    path = tmp_path / "big.txt"
+    path.write_text(text, encoding="utf-8")
+    from_file = bpe.train_files([path], 700, special_tokens=["<|endoftext|>"])
+    from_text = bpe.train([text], 700, special_tokens=["<|endoftext|>"])
+    assert from_file.merges == from_text.merges
+    arr = from_file.encode_file(path, threads=2)
+    expected = from_text.encode_batch(text.split("<|endoftext|>"), threads=2)
+    eot = from_file.eot_id
+    joined = [i for k, ids in enumerate(expected) for i in ([eot] if k else []) + ids]
+    assert arr.tolist() == joined
