@@ -152,6 +152,61 @@ def model_info(
     console.print(f"bias memory: {report['bias_memory']}", highlight=False, markup=False)
 
 
+@app.command("generate")
+def generate_cmd(
+    run: Annotated[str, typer.Argument(help="Run folder (uses RUN/final, else the latest checkpoint).")],
+    prompt: Annotated[Optional[str], typer.Option("--prompt", help="Prompt text; '-' reads stdin.")] = None,
+    prompt_file: Annotated[Optional[str], typer.Option("--prompt-file", help="Read the prompt from a file.")] = None,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", "-n")] = 200,
+    temperature: Annotated[float, typer.Option("--temperature", "-t", help="Divides the logits; 0 is greedy.")] = 0.8,
+    top_k: Annotated[Optional[int], typer.Option("--top-k")] = None,
+    top_p: Annotated[Optional[float], typer.Option("--top-p")] = None,
+    repetition_penalty: Annotated[Optional[float], typer.Option("--repetition-penalty")] = None,
+    seed: Annotated[Optional[int], typer.Option("--seed")] = None,
+    stop: Annotated[Optional[list[str]], typer.Option("--stop", help="Stop after this text (repeatable).")] = None,
+    checkpoint: Annotated[Optional[str], typer.Option("--checkpoint", help="Checkpoint folder name, e.g. step-00001000.")] = None,
+) -> None:
+    """Stream a continuation of a prompt from a trained run."""
+    import sys
+
+    from alilama_core.checkpoint import load_run
+    from alilama_core.generate import SamplingSettings, stream_text
+
+    if prompt is not None and prompt_file is not None:
+        raise AlilamaError("give either --prompt or --prompt-file, not both")
+    if prompt_file is not None:
+        text = sys.stdin.read() if prompt_file == "-" else _read_text(prompt_file)
+    elif prompt == "-":
+        text = sys.stdin.read()
+    else:
+        text = prompt or ""
+    loaded = load_run(run, checkpoint=checkpoint)
+    settings = SamplingSettings(
+        max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+        repetition_penalty=repetition_penalty, seed=seed, stop=list(stop or []),
+    )
+    sys.stdout.write(text)
+    for piece in stream_text(loaded.model, loaded.tokenizer, text, settings):
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+
+
+def _read_text(path: str) -> str:
+    from pathlib import Path
+
+    p = Path(path)
+    if not p.is_file():
+        raise AlilamaError(f"prompt file {path!r} does not exist")
+    data = p.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise AlilamaError(
+            f"prompt file {path!r} is not valid UTF-8 (byte offset {exc.start}); convert it to UTF-8"
+        ) from None
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
     from alilama_core.registry import get_registry
@@ -166,3 +221,6 @@ def get_app() -> typer.Typer:
 
     get_registry().add_commands(app)
     return app
+
+
+from alilama_core import cli_train as _cli_train  # noqa: E402,F401  (registers data/train/eval/plot/quickstart)

@@ -72,13 +72,71 @@ class ModelConfig:
 
 
 @dataclass
+class TrainConfig:
+    """How to train: optimiser, schedule, batches, evaluation and checkpoints."""
+
+    batch_size: int = 32
+    """Global batch: sequences per optimiser step, summed over processes and accumulation."""
+    micro_batch_size: int | None = None
+    """Sequences per forward pass and process (``None``: the whole share); the rest is accumulation."""
+    max_steps: int = 2000
+    max_time: float | None = None
+    """Stop after this many seconds of training (a checkpoint is written)."""
+    lr: float = 3e-3
+    min_lr: float = 3e-4
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+    """Applied to matrices only (not to biases, norms or embeddings' tied copy twice)."""
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float | None = 1.0
+    seed: int = 1337
+    dtype: str = "float32"
+    """``float32`` or ``bfloat16`` (autocast)."""
+    compile: bool = False
+    device: str = "auto"
+    log_every: int = 10
+    eval_every: int = 200
+    eval_tokens: int = 65536
+    """Val tokens per evaluation (non-overlapping windows); 0 evaluates all of them."""
+    sample_every: int | None = None
+    """Print and log samples every N steps (default: at every evaluation)."""
+    sample_prompts: list[str] = field(default_factory=lambda: ["Once upon a time", "One day, a little"])
+    sample_tokens: int = 48
+    checkpoint_every: int = 500
+    keep_last: int = 2
+    trainer: str = "default"
+
+    def validate(self) -> "TrainConfig":
+        for name in ("batch_size", "max_steps", "log_every", "eval_every", "checkpoint_every", "keep_last"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"train.{name} must be a positive integer, got {value!r}")
+        if self.micro_batch_size is not None and (self.micro_batch_size < 1 or self.batch_size % self.micro_batch_size):
+            raise ConfigError(
+                f"train.micro_batch_size ({self.micro_batch_size}) must divide train.batch_size ({self.batch_size})"
+            )
+        if self.lr <= 0 or self.min_lr < 0 or self.min_lr > self.lr:
+            raise ConfigError(f"need 0 <= train.min_lr <= train.lr and lr > 0, got lr={self.lr}, min_lr={self.min_lr}")
+        if self.warmup_steps < 0:
+            raise ConfigError(f"train.warmup_steps must be >= 0, got {self.warmup_steps}")
+        if self.dtype not in ("float32", "bfloat16"):
+            raise ConfigError(f"train.dtype must be float32 or bfloat16, got {self.dtype!r}")
+        if self.grad_clip is not None and self.grad_clip <= 0:
+            raise ConfigError(f"train.grad_clip must be positive or null, got {self.grad_clip}")
+        return self
+
+
+@dataclass
 class Config:
-    """The root config. Later sections (data, training) sit beside ``model``."""
+    """The root config: the model and how to train it."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
 
     def validate(self, check_plugins: bool = True) -> "Config":
         self.model.validate(check_plugins)
+        self.train.validate()
         return self
 
 
@@ -87,7 +145,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     "essay": {"model": {"attention": "sdpa"}},
     # Small enough for unit tests and CI.
     "tiny": {
-        "model": dict(vocab_size=512, d_model=32, n_layers=2, n_heads=4, d_mlp=64, context_length=64)
+        "model": dict(vocab_size=512, d_model=32, n_layers=2, n_heads=4, d_mlp=64, context_length=64),
+        "train": dict(batch_size=8, max_steps=20, warmup_steps=2, eval_every=10, eval_tokens=2048,
+                      checkpoint_every=10, log_every=5, sample_tokens=16),
     },
 }
 
@@ -182,6 +242,11 @@ def _coerce(tp: Any, value: Any, path: str) -> Any:
         if isinstance(value, str):
             return value
         raise ConfigError(f"{path} must be a string, got {value!r}")
+    if typing.get_origin(tp) is list:
+        if not isinstance(value, list):
+            raise ConfigError(f"{path} must be a list, got {value!r}")
+        (item,) = typing.get_args(tp)
+        return [_coerce(item, v, f"{path}[{i}]") for i, v in enumerate(value)]
     return value
 
 

@@ -187,10 +187,23 @@ class Registry:
         app._alilama_commands_added = True
         self.load_entry_points()
         for impl in self.pm.hook.register_commands.get_hookimpls():
+            commands, groups = list(app.registered_commands), list(app.registered_groups)
             try:
                 impl.function(app=app)
-            except Exception as exc:
-                self._load_failures.append(Failure(impl.plugin_name, "?", f"register_commands: {exc}"))
+                _check_commands(app)
+            except Exception as exc:  # roll back whatever the plugin added
+                app.registered_commands[:], app.registered_groups[:] = commands, groups
+                origin = self._origin.get(id(impl.plugin), (impl.plugin_name, "?", ""))
+                self._load_failures.append(
+                    Failure(impl.plugin_name, origin[1], f"register_commands: {type(exc).__name__}: {exc}")
+                )
+
+
+def _check_commands(app: Any) -> None:
+    """Build the click command tree now, so a plugin's malformed command fails here, not at run time."""
+    import typer.main
+
+    typer.main.get_command(app)
 
 
 def _ep_sort_key(ep: metadata.EntryPoint) -> tuple[bool, str]:

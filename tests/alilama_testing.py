@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import torch
 
 from alilama_core import ModelConfig, build_model
@@ -33,3 +39,16 @@ def available_backends() -> list[str]:
 
     reg = get_registry()
     return [n for n in reg.names("attention") if attention_backend(reg.get("attention", n)).available() is None]
+
+
+def run_cli(*args: str, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-c", "from alilama_core.cli import main; main()", *args],
+        capture_output=True, text=True, env=full_env, timeout=timeout,
+    )
+
+
+def losses(run: Path) -> dict[int, float]:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line]
+    return {r["step"]: r["train_loss"] for r in rows}

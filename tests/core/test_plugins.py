@@ -183,3 +183,23 @@ def test_every_hook_is_documented():
         if name.startswith("register_"):
             signature = f"{name}({', '.join(inspect.signature(fn).parameters)})"
             assert f"### {signature}" in doc, f"docs/plugins.md lacks a '### {signature}' heading"
+
+
+def test_plugin_with_a_broken_command_is_rolled_back(tmp_path):
+    """A command whose signature typer cannot read must not take the CLI down."""
+    path = make_dist(tmp_path, "alilama-badcmd", "badcmd_plugin", """
+        from __future__ import annotations
+        from alilama_core import hookimpl
+
+        @hookimpl
+        def register_commands(app):
+            def broken(x: UndefinedName) -> None:
+                pass
+            app.command("broken")(broken)
+    """)
+    result = run_cli("plugins", "--json", pythonpath=path)
+    assert result.returncode == 0, result.stderr
+    failed = json.loads(result.stdout)["failed"]
+    assert any(f["plugin"] == "badcmd_plugin" and "UndefinedName" in f["error"] for f in failed)
+    help_text = run_cli("--help", pythonpath=path)
+    assert help_text.returncode == 0 and "broken" not in help_text.stdout

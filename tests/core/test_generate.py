@@ -1,0 +1,100 @@
+"""KV-cached sampling: equals uncached, stops where told, batches like single prompts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from alilama_core import ConfigError, build_model
+from alilama_core.generate import SamplingSettings, generate, next_token
+from alilama_testing import SCHEMES, available_backends, tiny_config
+
+BACKENDS = [b for b in available_backends() if b not in ("flash",)]
+
+
+def _model(positional="alibi", attention="sdpa", **kw):
+    torch.manual_seed(0)
+    return build_model(tiny_config(positional=positional, attention=attention, **kw)).eval()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("positional", SCHEMES)
+def test_cached_generation_equals_uncached(positional, backend):
+    model = _model(positional, backend)
+    prompt = [[5, 17, 3, 44, 2]]
+    greedy = dict(max_new_tokens=12, temperature=0)
+    cached = generate(model, prompt, SamplingSettings(**greedy, use_cache=True))
+    uncached = generate(model, prompt, SamplingSettings(**greedy, use_cache=False))
+    assert cached == uncached and len(cached[0]) == 12
+
+
+@pytest.mark.parametrize("positional", SCHEMES)
+def test_batch_with_different_lengths_equals_one_by_one(positional):
+    model = _model(positional, "auto")
+    prompts = [[1, 2, 3, 4, 5, 6, 7], [9, 8], [40, 41, 42, 43]]
+    settings = SamplingSettings(max_new_tokens=10, temperature=0)
+    batched = generate(model, prompts, settings)
+    alone = [generate(model, [p], settings)[0] for p in prompts]
+    assert batched == alone
+
+
+def test_generation_runs_past_the_trained_context_with_alibi():
+    model = _model("alibi", "auto", context_length=16)
+    out = generate(model, [[1, 2, 3]], SamplingSettings(max_new_tokens=40, temperature=0))
+    assert len(out[0]) == 40
+
+
+def test_learned_positions_stop_at_their_table_with_a_clear_error():
+    model = _model("learned", "sdpa", context_length=16)
+    with pytest.raises(ConfigError, match="covers 16 positions"):
+        generate(model, [[1, 2, 3]], SamplingSettings(max_new_tokens=20, temperature=0))
+
+
+def test_stops_at_the_end_of_text_token():
+    model = _model()
+    free = generate(model, [[3, 1, 4]], SamplingSettings(max_new_tokens=15, temperature=0))[0]
+    cut = next(i for i, t in enumerate(free) if t not in free[:i] and i > 0)
+    stopped = generate(model, [[3, 1, 4]], SamplingSettings(max_new_tokens=15, temperature=0), eot_id=free[cut])
+    assert stopped[0] == free[:cut]
+
+
+def test_top_k_one_is_greedy_and_seeds_reproduce():
+    model = _model()
+    prompt = [[7, 7, 8]]
+    greedy = generate(model, prompt, SamplingSettings(max_new_tokens=10, temperature=0))
+    top1 = generate(model, prompt, SamplingSettings(max_new_tokens=10, temperature=1.0, top_k=1, seed=3))
+    assert top1 == greedy
+    a = generate(model, prompt, SamplingSettings(max_new_tokens=20, temperature=1.5, seed=1))
+    b = generate(model, prompt, SamplingSettings(max_new_tokens=20, temperature=1.5, seed=1))
+    c = generate(model, prompt, SamplingSettings(max_new_tokens=20, temperature=1.5, seed=2))
+    assert a == b and a != c
+
+
+def test_top_p_and_temperature_shape_the_distribution():
+    logits = torch.tensor([[4.0, 3.0, 0.0, -1.0]])
+    g = torch.Generator().manual_seed(0)
+    draws = {int(next_token(logits, SamplingSettings(top_p=0.5), None, g)) for _ in range(200)}
+    assert draws == {0}  # token 0 alone has p > 0.5
+    draws = {int(next_token(logits, SamplingSettings(top_p=0.9), None, g)) for _ in range(300)}
+    assert draws == {0, 1}
+    cold = [int(next_token(logits, SamplingSettings(temperature=0.05), None, g)) for _ in range(100)]
+    assert set(cold) == {0}
+    hot = {int(next_token(logits, SamplingSettings(temperature=100.0), None, g)) for _ in range(300)}
+    assert hot == {0, 1, 2, 3}
+
+
+def test_repetition_penalty_discourages_seen_tokens():
+    logits = torch.tensor([[2.0, 1.9, -1.0]])
+    history = torch.tensor([[0]])
+    s = SamplingSettings(temperature=0, repetition_penalty=2.0)
+    assert int(next_token(logits, s, history, None)) == 1
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [(dict(temperature=-1), "temperature"), (dict(top_k=0), "top_k"), (dict(top_p=1.5), "top_p"),
+     (dict(max_new_tokens=-1), "max_new_tokens"), (dict(repetition_penalty=0), "repetition_penalty")],
+)
+def test_invalid_settings(kw, message):
+    with pytest.raises(ConfigError, match=message):
+        SamplingSettings(**kw).validate()

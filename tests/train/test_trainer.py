@@ -1,0 +1,192 @@
+"""The trainer: exact resume, signals, corrupt checkpoints, run-folder rules, DDP, plot, eval."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from alilama_core import config as cfgmod
+from alilama_core.checkpoint import checkpoints, load_run
+from alilama_core.data import DataError
+from alilama_core.errors import AlilamaError
+from alilama_trainers.trainer import DefaultTrainer, lr_at
+
+from alilama_testing import losses, run_cli
+
+
+def tiny(**train):
+    cfg = cfgmod.preset("tiny")
+    cfg.model.vocab_size = 320
+    cfg.train.sample_prompts = ["Once upon a time"]
+    for k, v in train.items():
+        setattr(cfg.train, k, v)
+    return cfg
+
+
+def fit(cfg, data_dir, run, **kw):
+    return DefaultTrainer(cfg, echo=lambda *a: None, show_progress=False).fit(str(data_dir), str(run), **kw)
+
+
+def test_schedule_warms_up_then_decays_to_min_lr():
+    cfg = tiny(lr=1.0, min_lr=0.1, warmup_steps=10, max_steps=110).train
+    assert lr_at(0, cfg) == pytest.approx(0.1) and lr_at(9, cfg) == pytest.approx(1.0)
+    assert lr_at(60, cfg) == pytest.approx(0.55) and lr_at(110, cfg) == pytest.approx(0.1)
+
+
+def test_training_lowers_the_loss_and_writes_the_run_folder(data_dir, tmp_path):
+    run = tmp_path / "run"
+    result = fit(tiny(max_steps=30, lr=1e-2, eval_every=15, checkpoint_every=10, keep_last=2), data_dir, run)
+    l = losses(run)
+    assert l[30] < l[5] - 0.5
+    assert {p.name for p in checkpoints(run)} == {"step-00000020", "step-00000030"} | (
+        {f"step-{json.loads((run / 'step-00000030' / 'state.json').read_text())['best']['step']:08d}"}
+    )
+    assert (run / "final" / "model.safetensors").is_file() and (run / "tokenizer" / "tokenizer.model").is_file()
+    assert cfgmod.load(run / "config.yaml").train.max_steps == 30
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    evaluated = [r for r in rows if "val_loss" in r]
+    assert [r["step"] for r in evaluated] == [15, 30]
+    assert all({"step", "tokens", "lr", "train_loss"} <= set(r) for r in rows)
+    assert evaluated[-1]["val_bpb"] > 0 and "samples" in evaluated[-1]
+    assert result["val_loss"] == pytest.approx(evaluated[-1]["val_loss"])
+    loaded = load_run(run)
+    assert loaded.checkpoint.name == "final" and loaded.model.config.vocab_size == 320
+
+
+def test_resume_gives_exactly_the_uninterrupted_losses(data_dir, tmp_path):
+    cfg = tiny(max_steps=12, checkpoint_every=100, eval_every=100)
+    fit(cfg, data_dir, tmp_path / "straight")
+    fit(cfg, data_dir, tmp_path / "split", stop_at=5)
+    assert max(losses(tmp_path / "split")) == 5
+    fit(cfg, data_dir, tmp_path / "split", resume=True)
+    assert losses(tmp_path / "split") == losses(tmp_path / "straight")  # bit-for-bit on CPU
+    a = load_run(tmp_path / "straight").model.state_dict()
+    b = load_run(tmp_path / "split").model.state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_corrupt_checkpoint_falls_back_to_the_previous_one(data_dir, tmp_path, capsys):
+    cfg = tiny(max_steps=12, checkpoint_every=3, keep_last=3, eval_every=100)
+    fit(cfg, data_dir, tmp_path / "run", stop_at=9)
+    latest = checkpoints(tmp_path / "run")[-1]
+    assert latest.name == "step-00000009"
+    weights = latest / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])  # truncated
+    messages = []
+    DefaultTrainer(cfg, echo=messages.append, show_progress=False).fit(str(data_dir), str(tmp_path / "run"), resume=True)
+    text = "\n".join(map(str, messages))
+    assert "skipped corrupt checkpoints: step-00000009" in text and "resuming from step-00000006" in text
+    assert max(losses(tmp_path / "run")) == 12
+
+
+def test_run_folder_rules(data_dir, tmp_path):
+    run = tmp_path / "run"
+    fit(tiny(max_steps=2), data_dir, run)
+    with pytest.raises(AlilamaError, match="already holds a different run.*--resume.*--overwrite"):
+        fit(tiny(max_steps=2), data_dir, run)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    with pytest.raises(AlilamaError, match="already holds other files"):
+        fit(tiny(max_steps=2), data_dir, other)
+    assert (other / "notes.txt").read_text() == "mine"
+    with pytest.raises(AlilamaError, match="cannot resume"):
+        fit(tiny(max_steps=2), data_dir, tmp_path / "nothing", resume=True)
+    fit(tiny(max_steps=3), data_dir, run, overwrite=True)
+    assert max(losses(run)) == 3
+
+
+def test_corpus_shorter_than_a_window(data_dir, tmp_path):
+    cfg = tiny(max_steps=2)
+    cfg.model.context_length = 100_000
+    with pytest.raises(DataError, match="fewer than one window"):
+        fit(cfg, data_dir, tmp_path / "run")
+
+
+def test_sigint_writes_a_checkpoint_and_resume_continues(data_dir, tmp_path):
+    run = tmp_path / "run"
+    args = ["train", "--preset", "tiny", "--data", str(data_dir), "--out", str(run), "--no-progress",
+            "train.max_steps=100000", "train.checkpoint_every=100000", "train.eval_every=100000"]
+    proc = subprocess.Popen([sys.executable, "-c", "from alilama_core.cli import main; main()", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not ((run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text().count("\n") >= 2):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "SIGINT: checkpoint written at step" in out + err
+    [ckpt] = checkpoints(run)
+    step = json.loads((ckpt / "state.json").read_text())["step"]
+    assert step >= 10  # two metric lines (every 5 steps) were written before the signal
+    resumed = run_cli("train", "--resume", str(run), "--no-progress", f"train.max_steps={step + 3}")
+    assert resumed.returncode == 0, resumed.stderr
+    assert max(losses(run)) == step + 3
+
+
+def test_ddp_two_processes_match_one_process(data_dir, tmp_path):
+    common = ["--preset", "tiny", "--data", str(data_dir), "--no-progress", "train.max_steps=4",
+              "train.eval_every=100", "train.batch_size=8", "train.warmup_steps=1"]
+    single = run_cli("train", "--out", str(tmp_path / "one"), *common)
+    assert single.returncode == 0, single.stderr
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    ddp = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29517",
+         "-m", "alilama_core", "train", "--out", str(tmp_path / "two"), *common],
+        capture_output=True, text=True, env=env, timeout=600,
+    )
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    one, two = losses(tmp_path / "one"), losses(tmp_path / "two")
+    assert one.keys() == two.keys()
+    for step in one:
+        assert two[step] == pytest.approx(one[step], rel=1e-4)
+    a = load_run(tmp_path / "one").model.state_dict()
+    b = load_run(tmp_path / "two").model.state_dict()
+    # Adam divides by sqrt(v): parameters whose gradients are ~0 (float noise from a different
+    # reduction order) still move by up to ~lr, so weights agree only to about lr per step.
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=1e-3, atol=4 * 3e-3)
+
+
+def test_plot_writes_a_png(data_dir, tmp_path):
+    fit(tiny(max_steps=10, eval_every=5, log_every=2), data_dir, tmp_path / "a")
+    fit(tiny(max_steps=10, eval_every=5, log_every=2, lr=1e-2), data_dir, tmp_path / "b")
+    result = run_cli("plot", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "loss.png"))
+    assert result.returncode == 0, result.stderr
+    png = (tmp_path / "loss.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+@pytest.mark.parametrize("positional", ["alibi", "learned"])
+def test_eval_at_several_context_lengths(data_dir, corpus, tmp_path, positional):
+    cfg = tiny(max_steps=5)
+    cfg.model.positional = positional
+    cfg.model.context_length = 32
+    fit(cfg, data_dir, tmp_path / "run")
+    result = run_cli("eval", str(tmp_path / "run"), "--data", str(corpus), "--context-lengths", "32,64,256", "--json")
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert [r["context_length"] for r in rows] == [32, 64, 256]
+    assert rows[0]["bpb"] > 0 and rows[0]["tokens"] > 1000
+    if positional == "alibi":
+        assert all(r["bpb"] is not None for r in rows)
+        assert rows[2]["attention"] == "auto"
+    else:
+        assert rows[1]["bpb"] is None and "covers 32 positions" in rows[1]["note"]
+
+
+def test_quickstart_end_to_end(tmp_path):
+    result = run_cli("quickstart", "--out", str(tmp_path / "qs"), "--stories", "300", "--steps", "12")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "val bits per byte" in result.stdout and "loss curve" in result.stdout
+    assert (tmp_path / "qs" / "run" / "loss.png").is_file()
+    assert (tmp_path / "qs" / "run" / "final" / "model.safetensors").is_file()
