@@ -6,6 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.alilama-installed
 EXAMPLE_PLUGIN := docs/plugins/alilama-sinusoidal
 PYTEST_ARGS ?=
+QUICKSTART_ARGS ?=
 
 .PHONY: install quickstart test bench docs docs-serve fuzz ci clean
 
@@ -20,8 +21,7 @@ $(STAMP): pyproject.toml CMakeLists.txt $(wildcard native/*.cpp native/*.hpp nat
 install: $(STAMP)
 
 quickstart: $(STAMP)
-	$(BIN)/alilama plugins
-	$(BIN)/alilama model info --preset essay
+	$(BIN)/alilama quickstart $(QUICKSTART_ARGS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q --benchmark-disable $(PYTEST_ARGS)

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from alilama_core.errors import CheckpointError, TokenizerError
+from alilama_core.files import atomic_open
 
 WEIGHTS = "model.safetensors"
 TIED = ("head.weight",)
@@ -29,20 +29,13 @@ TIED = ("head.weight",)
 
 def save_weights(model, directory: str | os.PathLike[str], metadata: dict[str, str] | None = None) -> Path:
     """Write ``model.safetensors`` into ``directory`` atomically (tied head left out)."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous() for k, v in model.state_dict().items() if k not in TIED}
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{WEIGHTS}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        save_file(state, tmp, metadata={"format": "pt", **(metadata or {})})
-        os.replace(tmp, directory / WEIGHTS)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return directory / WEIGHTS
+    path = Path(directory) / WEIGHTS
+    with atomic_open(path, "wb") as f:
+        f.write(save(state, metadata={"format": "pt", **(metadata or {})}))
+    return path
 
 
 def load_weights(model, directory: str | os.PathLike[str]) -> None:

@@ -103,10 +103,16 @@ def plugins_cmd(as_json: JsonOpt = False) -> None:
     table = Table(title="Alilama plugins")
     for col in ("kind", "name", "plugin", "distribution", "version", "status"):
         table.add_column(col)
+    notes = []
     for r in rows:
-        status = "[green]ok[/]" if r["available"] else f"[yellow]unavailable[/]: {r['reason']}"
+        status = "[green]ok[/]"
+        if not r["available"]:
+            notes.append(f"[{len(notes) + 1}] {r['kind']} {r['name']}: {r['reason']}")
+            status = f"[yellow]unavailable [{len(notes)}][/]"
         table.add_row(r["kind"], r["name"], r["plugin"], r["distribution"], r["version"], status)
     console.print(table)
+    for note in notes:
+        console.print(note, markup=False, highlight=False)
     for f in failures:
         err_console.print(
             f"[yellow]warning:[/] plugin {f['plugin']!r} ({f['distribution']}) failed to load and "

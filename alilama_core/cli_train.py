@@ -10,6 +10,7 @@ import typer
 
 from alilama_core.cli import ConfigOpt, JsonOpt, OverridesArg, PresetOpt, app, console, resolve_config
 from alilama_core.errors import AlilamaError
+from alilama_core.files import atomic_write_text
 
 data_app = typer.Typer(help="Prepare and download training data.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
@@ -130,7 +131,7 @@ def train_cmd(
     trainer = get_trainer(cfg.train.trainer)(cfg, echo=console.print, show_progress=progress)
     result = trainer.fit(data, str(run), resume=bool(resume), overwrite=overwrite, stop_at=stop_at)
     if (run / "config.yaml").is_file():
-        cfgmod.atomic_write_text(run / "run.json", json.dumps({"data": str(Path(data).resolve())}) + "\n")
+        atomic_write_text(run / "run.json", json.dumps({"data": str(Path(data).resolve())}) + "\n")
     if result.get("interrupted"):
         raise typer.Exit(130)
     summary = f"done: step {result['step']}"

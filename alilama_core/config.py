@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tempfile
 import types
 import typing
 from dataclasses import asdict, dataclass, field, fields
@@ -25,6 +24,7 @@ from typing import Any, TypeVar
 import yaml
 
 from alilama_core.errors import ConfigError
+from alilama_core.files import atomic_write_text
 
 T = TypeVar("T")
 
@@ -269,20 +269,6 @@ def save(cfg: Any, path: str | os.PathLike[str]) -> None:
     data = to_dict(cfg)
     text = json.dumps(data, indent=2) + "\n" if p.suffix == ".json" else yaml.safe_dump(data, sort_keys=False)
     atomic_write_text(p, text)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def apply_overrides(cfg: T, overrides: list[str] | None) -> T:

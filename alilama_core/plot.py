@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from alilama_core.errors import AlilamaError
+from alilama_core.files import atomic_open
 
 
 def read_metrics(run: str | Path) -> list[dict]:
@@ -50,13 +49,9 @@ def plot_runs(runs: list[str | Path], out: str | Path) -> Path:
     ax.grid(alpha=0.3)
     ax.legend()
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".png")
-    os.close(fd)
     try:
-        fig.savefig(tmp, format="png", bbox_inches="tight")
-        os.replace(tmp, out)
+        with atomic_open(out, "wb") as f:
+            fig.savefig(f, format="png", bbox_inches="tight")
     finally:
         plt.close(fig)
-        Path(tmp).unlink(missing_ok=True)
     return out

@@ -31,11 +31,12 @@ import argparse
 import os
 import random
 import re
-import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
+
+from alilama_core.files import atomic_open
 
 SEPARATOR = "<|endoftext|>"
 
@@ -1080,12 +1081,6 @@ def corpus_stats(texts: Iterable[str]) -> dict[str, int]:
     return {"stories": n, "words": words, "distinct_words": len(vocab), "bytes": nbytes}
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def write_corpus(path: str | os.PathLike[str], n_stories: int, seed: int = 0, separator: str = SEPARATOR) -> int:
     """Write ``n_stories`` stories, each followed by a line holding only ``separator``.
 
@@ -1097,28 +1092,13 @@ def write_corpus(path: str | os.PathLike[str], n_stories: int, seed: int = 0, se
         raise ValueError(f"n_stories must be >= 0, got {n_stories}")
     if not separator or "\n" in separator or "\r" in separator:
         raise ValueError("separator must be a non-empty single line")
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
     total = 0
-    try:
-        with os.fdopen(fd, "wb") as f:
-            tail = f"\n{separator}\n".encode("utf-8")
-            for story in islice(iter_stories(seed), n_stories):
-                data = story.encode("utf-8") + tail
-                f.write(data)
-                total += len(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 files; use the usual mode
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    with atomic_open(path, "wb") as f:
+        tail = f"\n{separator}\n".encode("utf-8")
+        for story in islice(iter_stories(seed), n_stories):
+            data = story.encode("utf-8") + tail
+            f.write(data)
+            total += len(data)
     return total
 
 

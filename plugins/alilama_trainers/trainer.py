@@ -37,6 +37,7 @@ from alilama_core.checkpoint import WEIGHTS, checkpoints, load_tokenizer, load_w
 from alilama_core.config import Config
 from alilama_core.data import DataError, TokenData, check_fits, random_windows, tokenizer_hash
 from alilama_core.errors import AlilamaError, CheckpointError
+from alilama_core.files import atomic_write_text
 from alilama_core.interfaces import Trainer
 from alilama_core.model import GPT, build_model
 
@@ -384,7 +385,7 @@ def _truncate_metrics(path: Path, step: int) -> None:
     if not path.is_file():
         return
     keep = [line for line in path.read_text(encoding="utf-8").splitlines() if line and json.loads(line)["step"] <= step]
-    cfgmod.atomic_write_text(path, "".join(line + "\n" for line in keep))
+    atomic_write_text(path, "".join(line + "\n" for line in keep))
 
 
 class _Progress:
