@@ -1,0 +1,193 @@
+"""Hugging Face integration: transformers classes, Hub export and push, the model card.
+
+Importing ``alilama_hf`` registers ``AlilamaConfig``, ``AlilamaModel`` and
+``AlilamaForCausalLM`` with ``AutoConfig``, ``AutoModel`` and
+``AutoModelForCausalLM``, so exported folders load without remote code where
+Alilama is installed::
+
+    import alilama_hf
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained("out/")   # no trust_remote_code needed
+
+transformers and torch take seconds to import and the plugin registry imports
+this module whenever the CLI starts, so the registration waits for
+transformers: it happens at once if transformers is already imported,
+otherwise right after it is (an import hook, removed once it has run).
+Commands added to the CLI: ``alilama export hf RUN OUT`` and
+``alilama push RUN --repo USER/NAME``.
+"""
+
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+import threading
+import warnings
+from typing import Annotated, Optional
+
+from alilama_core.hookspecs import hookimpl
+
+__all__ = [
+    "AlilamaConfig",
+    "AlilamaForCausalLM",
+    "AlilamaModel",
+    "AlilamaPreTrainedModel",
+    "register_auto_classes",
+]
+
+_LAZY = {
+    "AlilamaConfig": "alilama_hf.configuration_alilama",
+    "AlilamaModel": "alilama_hf.modeling_alilama",
+    "AlilamaForCausalLM": "alilama_hf.modeling_alilama",
+    "AlilamaPreTrainedModel": "alilama_hf.modeling_alilama",
+}
+_registered = False
+_lock = threading.RLock()
+
+
+def register_auto_classes() -> bool:
+    """Register the classes with transformers' Auto classes (idempotent); False without transformers."""
+    global _registered
+    with _lock:
+        if _registered:
+            return True
+        try:
+            from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+        except ImportError:
+            return False
+        from alilama_hf.configuration_alilama import AlilamaConfig
+        from alilama_hf.modeling_alilama import AlilamaForCausalLM, AlilamaModel
+
+        AutoConfig.register(AlilamaConfig.model_type, AlilamaConfig, exist_ok=True)
+        AutoModel.register(AlilamaConfig, AlilamaModel, exist_ok=True)
+        AutoModelForCausalLM.register(AlilamaConfig, AlilamaForCausalLM, exist_ok=True)
+        _registered = True
+        return True
+
+
+_WATCHED = ("transformers", "alilama_hf.configuration_alilama", "alilama_hf.modeling_alilama")
+
+
+class _RegisterAfterImport(importlib.abc.MetaPathFinder):
+    """Calls ``_try_register`` after any watched module finishes importing, until it succeeds.
+
+    Watching the class modules too covers the case where importing them is
+    what first imports transformers (the classes do not exist yet then).
+    """
+
+    def __init__(self) -> None:
+        self._busy: set[str] = set()
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in _WATCHED or fullname in self._busy:
+            return None
+        self._busy.add(fullname)
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._busy.discard(fullname)
+        loader = getattr(spec, "loader", None)
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        original = loader.exec_module
+
+        def exec_module(module):
+            original(module)
+            _try_register(done=fullname)
+
+        loader.exec_module = exec_module
+        return spec
+
+
+def _initializing(name: str) -> bool:
+    module = sys.modules.get(name)
+    return module is not None and bool(getattr(getattr(module, "__spec__", None), "_initializing", False))
+
+
+def _try_register(done: str = "") -> None:
+    if _registered or "transformers" not in sys.modules:
+        return
+    if any(_initializing(n) for n in _WATCHED if n != done):
+        return  # a class module is half-imported; its own completion retries
+    try:
+        register_auto_classes()
+    except Exception as exc:  # never break the user's import of transformers
+        warnings.warn(f"alilama_hf could not register its Auto classes: {exc}", stacklevel=3)
+    finally:
+        if _hook in sys.meta_path:
+            sys.meta_path.remove(_hook)
+
+
+_hook = _RegisterAfterImport()
+
+if "transformers" in sys.modules:
+    _try_register()
+elif importlib.util.find_spec("transformers") is not None:
+    sys.meta_path.insert(0, _hook)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        module = importlib.import_module(_LAZY[name])
+        register_auto_classes()
+        return getattr(module, name)
+    raise AttributeError(f"module 'alilama_hf' has no attribute {name!r}")
+
+
+# -- CLI ---------------------------------------------------------------------------------
+
+
+@hookimpl
+def register_commands(app):
+    # typer reads the annotations at run time, with this function's locals: so no
+    # ``from __future__ import annotations`` in this module.
+    import typer
+
+    export_app = typer.Typer(help="Export a trained run to other formats.", no_args_is_help=True)
+
+    @export_app.command("hf")
+    def export_hf(
+        run: Annotated[str, typer.Argument(help="Run folder (uses RUN/final, else the latest checkpoint).")],
+        out: Annotated[str, typer.Argument(help="Folder to write (config.json, model.safetensors, tokenizer, card).")],
+        checkpoint: Annotated[Optional[str], typer.Option("--checkpoint", help="Checkpoint folder name, e.g. step-00001000.")] = None,
+        repo_id: Annotated[Optional[str], typer.Option("--repo-id", help="USER/NAME to show in the card's usage snippet.")] = None,
+        license: Annotated[str, typer.Option("--license", help="License id for the model card.")] = "mit",
+        dataset: Annotated[Optional[list[str]], typer.Option("--dataset", help="Hub dataset id for the card (repeatable).")] = None,
+        force: Annotated[bool, typer.Option("--force", help="Write into a folder that is not empty.")] = False,
+    ) -> None:
+        """Write a Hugging Face model folder: AutoModelForCausalLM and AutoTokenizer load it."""
+        from alilama_core.errors import AlilamaError
+
+        try:
+            from alilama_hf.export import export
+        except ImportError as exc:
+            raise AlilamaError(f"exporting needs the Hugging Face extras: pip install 'alilama[hf]' ({exc})") from None
+        path = export(
+            run, out, checkpoint=checkpoint, repo_id=repo_id, license=license, datasets=dataset, overwrite=force
+        )
+        files = ", ".join(sorted(p.name for p in path.iterdir()))
+        typer.echo(f"exported {run} to {path}: {files}")
+
+    app.add_typer(export_app, name="export")
+
+    @app.command("push")
+    def push_cmd(
+        run: Annotated[str, typer.Argument(help="Run folder to export and upload.")],
+        repo: Annotated[str, typer.Option("--repo", help="Hub repository, USER/NAME (created if missing).")],
+        private: Annotated[bool, typer.Option("--private", help="Create the repository as private.")] = False,
+        revision: Annotated[Optional[str], typer.Option("--revision", help="Branch to push to (created if missing).")] = None,
+        checkpoint: Annotated[Optional[str], typer.Option("--checkpoint", help="Checkpoint folder name.")] = None,
+        license: Annotated[str, typer.Option("--license", help="License id for the model card.")] = "mit",
+        dataset: Annotated[Optional[list[str]], typer.Option("--dataset", help="Hub dataset id for the card (repeatable).")] = None,
+    ) -> None:
+        """Export a run and upload it to the Hugging Face Hub with your usual token."""
+        from alilama_core.errors import AlilamaError
+
+        try:
+            from alilama_hf.push import push
+        except ImportError as exc:
+            raise AlilamaError(f"pushing needs the Hugging Face extras: pip install 'alilama[hf]' ({exc})") from None
+        url = push(
+            run, repo, private=private, revision=revision, checkpoint=checkpoint, license=license, datasets=dataset
+        )
+        typer.echo(f"pushed {run} to https://huggingface.co/{repo}: {url}")

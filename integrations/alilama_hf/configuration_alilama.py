@@ -1,0 +1,103 @@
+"""``AlilamaConfig``: an Alilama ``ModelConfig`` as a transformers config (``model_type = "alilama"``).
+
+This file is copied beside exported weights and runs as remote code on
+machines without Alilama, so it imports only transformers. The field names
+are Alilama's own; the standard transformers names (``hidden_size``,
+``num_hidden_layers``, ...) are aliases through ``attribute_map``::
+
+    >>> cfg = AlilamaConfig(d_model=64, n_layers=2, n_heads=4, positional="rope")
+    >>> cfg.hidden_size, cfg.num_hidden_layers, cfg.tie_word_embeddings
+    (64, 2, True)
+"""
+
+from __future__ import annotations
+
+try:  # transformers >= 5
+    from transformers import PreTrainedConfig
+except ImportError:  # transformers 4.x
+    from transformers import PretrainedConfig as PreTrainedConfig
+
+POSITIONAL_SCHEMES = ("alibi", "rope", "learned", "nope")
+
+
+class AlilamaConfig(PreTrainedConfig):
+    """The fields of ``alilama_core.config.ModelConfig``, plus the token ids generation needs.
+
+    ``positional`` is one of ``alibi``, ``rope``, ``learned``, ``nope``.
+    ``attention`` records the training backend; here attention follows
+    ``attn_implementation`` (``"sdpa"`` by default, ``"eager"`` spelt out).
+    The output head is always tied to the token embedding. ``context_length``
+    is the training context; only ``learned`` positions cannot go past it, so
+    it is deliberately not aliased as ``max_position_embeddings`` (which
+    would make ``generate`` warn for the schemes that extrapolate).
+    """
+
+    model_type = "alilama"
+    keys_to_ignore_at_inference = ["cache", "past_key_values"]
+    attribute_map = {
+        "hidden_size": "d_model",
+        "num_hidden_layers": "n_layers",
+        "num_attention_heads": "n_heads",
+        "intermediate_size": "d_mlp",
+        "layer_norm_eps": "norm_eps",
+    }
+
+    def __init__(
+        self,
+        vocab_size: int = 4096,
+        d_model: int = 128,
+        n_layers: int = 8,
+        n_heads: int = 8,
+        d_mlp: int = 512,
+        context_length: int = 128,
+        positional: str = "alibi",
+        attention: str = "auto",
+        dropout: float = 0.0,
+        bias: bool = True,
+        norm_eps: float = 1e-5,
+        rope_theta: float = 10000.0,
+        init_std: float | None = None,
+        bos_token_id: int | None = None,
+        eos_token_id: int | None = None,
+        pad_token_id: int | None = None,
+        use_cache: bool = True,
+        tie_word_embeddings: bool = True,
+        **kwargs,
+    ):
+        if positional not in POSITIONAL_SCHEMES:
+            raise ValueError(
+                f"positional must be one of {', '.join(POSITIONAL_SCHEMES)}, got {positional!r} "
+                "(a third-party scheme needs its own modeling code)"
+            )
+        if d_model % n_heads:
+            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        if positional == "rope" and (d_model // n_heads) % 2:
+            raise ValueError(f"rope needs an even head dimension, got d_model/n_heads = {d_model // n_heads}")
+        super().__init__(**kwargs)
+        # Set after the base init, which (in transformers 4) would reset the token ids and tying.
+        self.vocab_size = vocab_size
+        self.d_model = d_model
+        self.n_layers = n_layers
+        self.n_heads = n_heads
+        self.d_mlp = d_mlp
+        self.context_length = context_length
+        self.positional = positional
+        self.attention = attention
+        self.dropout = dropout
+        self.bias = bias
+        self.norm_eps = norm_eps
+        self.rope_theta = rope_theta
+        self.init_std = init_std
+        self.bos_token_id = bos_token_id
+        self.eos_token_id = eos_token_id
+        self.pad_token_id = pad_token_id
+        self.use_cache = use_cache
+        # Tying must be explicit: transformers 5 silently skips it when the config does not say so.
+        self.tie_word_embeddings = tie_word_embeddings
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+
+__all__ = ["AlilamaConfig"]

@@ -1,0 +1,94 @@
+"""Upload a run to the Hugging Face Hub (``alilama push RUN --repo USER/NAME``).
+
+Exports to a temporary folder, then ``create_repo`` + ``upload_folder`` with the
+user's usual token (``HF_TOKEN`` or the one ``hf auth login`` saved). Before any
+work it checks, quickly, that a token exists and that the Hub answers, and
+fails with a message that says which is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from alilama_core.errors import AlilamaError
+
+CHECK_TIMEOUT_S = 5.0
+
+
+class HubError(AlilamaError):
+    """The Hub cannot be used: no token, no network, or the upload failed."""
+
+
+def find_token() -> str:
+    """The user's Hub token, or a ``HubError`` that says how to log in."""
+    from huggingface_hub import get_token
+
+    token = get_token()
+    if not token:
+        raise HubError(
+            "no Hugging Face token found: log in with `hf auth login` (or set HF_TOKEN) using a "
+            "token with write access from https://huggingface.co/settings/tokens"
+        )
+    return token
+
+
+def check_hub(timeout: float = CHECK_TIMEOUT_S) -> None:
+    """Fail within ``timeout`` seconds when the Hub cannot be reached."""
+    from huggingface_hub import constants
+
+    endpoint = constants.ENDPOINT
+    if constants.HF_HUB_OFFLINE:
+        raise HubError(f"cannot reach the Hugging Face Hub: HF_HUB_OFFLINE is set (unset it to push to {endpoint})")
+    from huggingface_hub.utils import get_session
+
+    try:  # huggingface_hub's own HTTP session: same proxies and certificates as the upload
+        get_session().head(f"{endpoint}/api/models", timeout=timeout, follow_redirects=True)
+    except Exception as exc:  # the client library (requests, httpx) differs between versions
+        raise HubError(
+            f"cannot reach the Hugging Face Hub at {endpoint} ({type(exc).__name__}: {exc or 'no answer'}); "
+            "check the network connection, a proxy (HTTPS_PROXY) or HF_ENDPOINT"
+        ) from None
+
+
+def push(
+    run: str | os.PathLike[str],
+    repo_id: str,
+    *,
+    private: bool = False,
+    revision: str | None = None,
+    checkpoint: str | None = None,
+    license: str = "mit",
+    datasets: list[str] | None = None,
+    timeout: float = CHECK_TIMEOUT_S,
+) -> str:
+    """Export ``run`` and upload it to ``repo_id`` (created if needed); returns the commit URL."""
+    if repo_id.count("/") != 1 or not all(repo_id.split("/")):
+        raise HubError(f"--repo must look like USER/NAME, got {repo_id!r}")
+    token = find_token()
+    check_hub(timeout)
+    from huggingface_hub import create_branch, create_repo, upload_folder
+    from huggingface_hub.errors import HfHubHTTPError
+
+    from alilama_hf.export import export
+
+    with tempfile.TemporaryDirectory(prefix="alilama-push-") as tmp:
+        folder = export(
+            run, Path(tmp) / "model", checkpoint=checkpoint, repo_id=repo_id, license=license, datasets=datasets
+        )
+        try:
+            create_repo(repo_id, token=token, private=private, repo_type="model", exist_ok=True)
+            if revision:
+                create_branch(repo_id, branch=revision, token=token, repo_type="model", exist_ok=True)
+            commit = upload_folder(
+                repo_id=repo_id,
+                folder_path=folder,
+                repo_type="model",
+                revision=revision,
+                token=token,
+                commit_message=f"Upload Alilama model from {Path(run).name}",
+            )
+        except HfHubHTTPError as exc:
+            raise HubError(f"the Hub refused the upload to {repo_id!r}: {exc}") from None
+    return str(getattr(commit, "commit_url", commit))

@@ -1,0 +1,85 @@
+"""Run folders of small models "trained for a few steps", one per positional scheme, and their exports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("tokenizers")
+
+import torch  # noqa: E402
+
+from alilama_testing import tiny_config  # noqa: E402
+
+STORY = (
+    "Once upon a time, there was a little girl named Lily. She loved to play outside in the sun. "
+    "One day, she saw a big red ball in the park. \"Can I play with you?\" asked the ball. "
+    "Lily laughed and said, \"Balls can't talk!\" Her dog, Max, barked: woof, woof! "
+    "They played until the stars came out, and then they went home to sleep. Ünïcödé 🙂 ok.\n"
+)
+# Non-power-of-two heads for ALiBi (the interleaved slopes); context 32 so generation runs past it.
+SHAPES = {
+    "alibi": dict(d_model=48, n_heads=6, context_length=32),
+    "rope": dict(d_model=32, n_heads=4, context_length=32, rope_theta=500.0),
+    "learned": dict(d_model=32, n_heads=4, context_length=64),
+    "nope": dict(d_model=32, n_heads=4, context_length=32),
+}
+SCHEMES = list(SHAPES)  # the same four as alilama_testing.SCHEMES
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    from alilama_bpe.tokenizer import BPETokenizer
+
+    return BPETokenizer.train([STORY * 3], vocab_size=320, special_tokens=["<|endoftext|>"])
+
+
+def build_run(root: Path, positional: str, tokenizer, metrics: bool = True) -> Path:
+    """A run folder: config.yaml, tokenizer/, final/model.safetensors, metrics.jsonl."""
+    from alilama_core import build_model
+    from alilama_core.checkpoint import save_weights
+    from alilama_core.config import Config, save
+
+    torch.manual_seed(0)
+    cfg = tiny_config(positional=positional, attention="sdpa", vocab_size=tokenizer.vocab_size, **SHAPES[positional])
+    model = build_model(cfg)
+    # A few AdamW steps on the story, so biases and norms move away from their initial values.
+    ids = torch.tensor(tokenizer.encode(STORY), dtype=torch.long)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    n = cfg.context_length
+    for step in range(4):
+        x = torch.stack([ids[i : i + n] for i in (0, 7, 13)])
+        y = torch.stack([ids[i + 1 : i + n + 1] for i in (0, 7, 13)])
+        loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+    run = root / f"run-{positional}"
+    save_weights(model, run / "final")
+    save(Config(model=cfg), run / "config.yaml")
+    tokenizer.save(run / "tokenizer")
+    if metrics:
+        rows = [
+            {"step": 2, "tokens": 192, "lr": 0.01, "train_loss": 5.1, "elapsed_s": 0.5},
+            {"step": 4, "tokens": 384, "lr": 0.01, "train_loss": 4.2, "val_loss": 4.4, "val_bpb": 2.9, "elapsed_s": 1.0},
+        ]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return run
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory, tokenizer) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("runs")
+    return {p: build_run(root, p, tokenizer, metrics=(p != "nope")) for p in SCHEMES}
+
+
+@pytest.fixture(scope="session")
+def exports(tmp_path_factory, runs) -> dict[str, Path]:
+    from alilama_hf.export import export
+
+    root = tmp_path_factory.mktemp("exports")
+    return {p: export(run, root / p, repo_id=f"alilama-test/{p}") for p, run in runs.items()}

@@ -1,0 +1,221 @@
+"""What a Hub user does, offline: load the export from the Hub cache in a process without Alilama.
+
+Also the CLI: ``alilama export hf`` through CliRunner, and ``alilama push`` failing
+fast (no token; no network) in a fresh process with a clean Hugging Face home.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from alilama_testing import SCHEMES
+
+from alilama_core.checkpoint import load_run
+from alilama_core.generate import SamplingSettings, generate
+
+USER = "alilama-test"
+PROMPT = "Once upon a time, Lily saw"
+N_NEW = 16
+
+
+def lay_out_like_the_hub_cache(folder: Path, hf_home: Path, repo_id: str) -> str:
+    """Copy ``folder`` into ``hf_home`` as ``huggingface_hub`` caches a download; returns the revision.
+
+    ``hub/models--USER--NAME/blobs/<etag>`` holds each file once, named by its
+    sha256 for LFS files (weights) and by its git blob sha1 otherwise;
+    ``snapshots/<revision>/`` holds relative symlinks to the blobs and
+    ``refs/main`` names the revision.
+    """
+    repo = hf_home / "hub" / ("models--" + repo_id.replace("/", "--"))
+    revision = hashlib.sha1(f"{repo_id}@{time.time_ns()}".encode()).hexdigest()
+    (repo / "blobs").mkdir(parents=True)
+    snapshot = repo / "snapshots" / revision
+    snapshot.mkdir(parents=True)
+    for path in sorted(folder.iterdir()):
+        data = path.read_bytes()
+        if path.suffix == ".safetensors":
+            etag = hashlib.sha256(data).hexdigest()
+        else:
+            etag = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+        (repo / "blobs" / etag).write_bytes(data)
+        (snapshot / path.name).symlink_to(Path("..", "..", "blobs", etag))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision)
+    return revision
+
+
+# Runs in a fresh interpreter. Its first statement makes every alilama* module unimportable.
+REMOTE_USER = textwrap.dedent(
+    """
+    import sys
+    class NoAlilama:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0].startswith("alilama"):
+                raise ImportError(f"{name} is blocked: this process plays a machine without Alilama")
+    sys.meta_path.insert(0, NoAlilama())
+
+    import json, os
+    try:
+        import alilama_core
+        blocked = False
+    except ImportError:
+        blocked = True
+    import torch
+    from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer, pipeline
+
+    expected = json.load(open(sys.argv[1]))
+    results = {"alilama_blocked": blocked, "offline": os.environ.get("HF_HUB_OFFLINE"), "schemes": {}}
+    for scheme, want in expected.items():
+        repo = want["repo"]
+        tok = AutoTokenizer.from_pretrained(repo)  # as a Hub user types it (no remote code for a tokenizer)
+        model = AutoModelForCausalLM.from_pretrained(repo, trust_remote_code=True).eval()
+        base = AutoModel.from_pretrained(repo, trust_remote_code=True).eval()
+        ids = tok(want["prompt"], return_tensors="pt").input_ids
+        with torch.no_grad():
+            logits = model(ids).logits[0]
+            hidden = base(ids).last_hidden_state
+        diff = (logits - torch.tensor(want["logits"])).abs().max().item()
+        out = model.generate(ids, max_new_tokens=want["n_new"], do_sample=False)
+        new = out[0, ids.shape[1]:].tolist()
+        if tok.eos_token_id in new:
+            new = new[: new.index(tok.eos_token_id)]
+        generator = pipeline("text-generation", model=model, tokenizer=tok)
+        text = generator(want["prompt"], max_new_tokens=8, do_sample=False)[0]["generated_text"]
+        results["schemes"][scheme] = {
+            "ids": ids[0].tolist(),
+            "max_abs_logit_diff": diff,
+            "greedy": new,
+            "model_class": f"{type(model).__module__}.{type(model).__name__}",
+            "base_class": f"{type(base).__module__}.{type(base).__name__}",
+            "hidden_shape": list(hidden.shape),
+            "tied": model.lm_head.weight is model.model.embed_tokens.weight,
+            "pipeline_text": text,
+        }
+    with open(sys.argv[2], "w") as f:
+        json.dump(results, f)
+    """
+)
+
+
+def test_hub_round_trip_in_a_process_without_alilama(tmp_path, runs, exports):
+    hf_home = tmp_path / "hf_home"
+    expected = {}
+    for scheme in SCHEMES:
+        repo_id = f"{USER}/tiny-{scheme}"
+        lay_out_like_the_hub_cache(exports[scheme], hf_home, repo_id)
+        loaded = load_run(runs[scheme])
+        ids = loaded.tokenizer.encode(PROMPT)
+        with torch.no_grad():
+            logits = loaded.model(torch.tensor([ids]))[0]
+        greedy = generate(
+            loaded.model, [ids], SamplingSettings(max_new_tokens=N_NEW, temperature=0), eot_id=loaded.tokenizer.eot_id
+        )[0]
+        expected[scheme] = dict(
+            repo=repo_id, prompt=PROMPT, ids=ids, logits=logits.tolist(), greedy=greedy, n_new=N_NEW
+        )
+    (tmp_path / "expected.json").write_text(json.dumps(expected))
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_", "TRANSFORMERS_"))}
+    env.update(HF_HOME=str(hf_home), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONWARNINGS="ignore")
+    proc = subprocess.run(
+        [sys.executable, "-c", REMOTE_USER, str(tmp_path / "expected.json"), str(tmp_path / "results.json")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["alilama_blocked"] is True and results["offline"] == "1"
+    for scheme in SCHEMES:
+        got, want = results["schemes"][scheme], expected[scheme]
+        assert got["ids"] == want["ids"], scheme  # AutoTokenizer encodes like Alilama
+        assert got["max_abs_logit_diff"] < 1e-5, (scheme, got["max_abs_logit_diff"])
+        assert got["greedy"] == want["greedy"], scheme  # token for token
+        assert got["model_class"].startswith("transformers_modules.") and got["model_class"].endswith(
+            "modeling_alilama.AlilamaForCausalLM"
+        )
+        assert got["base_class"].endswith("modeling_alilama.AlilamaModel")
+        assert got["hidden_shape"] == [1, len(want["ids"]), load_run(runs[scheme]).config.model.d_model]
+        assert got["tied"] is True
+        assert got["pipeline_text"].startswith(PROMPT) and len(got["pipeline_text"]) > len(PROMPT)
+
+
+# -- CLI ---------------------------------------------------------------------------------
+
+
+def test_export_cli(tmp_path, runs):
+    from typer.testing import CliRunner
+
+    from alilama_core.cli import get_app
+
+    app = get_app()
+    runner = CliRunner()
+    out = tmp_path / "exported"
+    result = runner.invoke(app, ["export", "hf", str(runs["rope"]), str(out), "--dataset", "roneneldan/TinyStories"])
+    assert result.exit_code == 0, result.output
+    assert "model.safetensors" in result.output and (out / "modeling_alilama.py").is_file()
+    assert "datasets:\n- roneneldan/TinyStories" in (out / "README.md").read_text()
+
+    again = runner.invoke(app, ["export", "hf", str(runs["rope"]), str(out)])
+    assert again.exit_code == 1 and "not empty" in again.output
+    assert runner.invoke(app, ["export", "hf", str(runs["rope"]), str(out), "--force"]).exit_code == 0
+
+    missing = runner.invoke(app, ["export", "hf", str(tmp_path / "nowhere"), str(tmp_path / "x")])
+    assert missing.exit_code == 1 and "not an Alilama run folder" in missing.output
+
+
+def _push(run: Path, tmp_path: Path, **env_overrides) -> tuple[subprocess.CompletedProcess, float]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_"))}
+    empty_home = tmp_path / "empty_hf_home"
+    empty_home.mkdir(exist_ok=True)
+    env.update(HF_HOME=str(empty_home), COLUMNS="200", **env_overrides)
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-c", "from alilama_core.cli import main; main()", "push", str(run), "--repo", "someone/tiny"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )
+    return proc, time.perf_counter() - started
+
+
+def test_push_without_a_token_fails_fast_and_says_how_to_log_in(tmp_path, runs):
+    proc, seconds = _push(runs["alibi"], tmp_path)
+    assert proc.returncode == 1
+    message = " ".join((proc.stderr + proc.stdout).split())
+    assert "no Hugging Face token found" in message and "hf auth login" in message and "HF_TOKEN" in message
+    assert seconds < 30
+
+
+def test_push_without_network_fails_fast_and_says_so(tmp_path, runs):
+    # A token, but the Hub endpoint is a closed local port: the check must answer at once.
+    proc, seconds = _push(runs["alibi"], tmp_path, HF_TOKEN="hf_not_a_real_token", HF_ENDPOINT="http://127.0.0.1:9")
+    assert proc.returncode == 1
+    message = " ".join((proc.stderr + proc.stdout).split())
+    assert "cannot reach the Hugging Face Hub" in message
+    assert seconds < 30
+
+
+def test_import_registers_the_auto_classes_once_transformers_is_imported(exports, tmp_path):
+    """``import alilama_hf`` stays light (the CLI imports it), yet the Auto classes work afterwards."""
+    code = textwrap.dedent(
+        f"""
+        import sys
+        import alilama_hf
+        assert "transformers" not in sys.modules and "torch" not in sys.modules, "import alilama_hf must stay light"
+        from transformers import AutoModelForCausalLM
+        model = AutoModelForCausalLM.from_pretrained({str(exports["nope"])!r})  # no trust_remote_code
+        print(type(model).__module__)
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split()[-1] == "alilama_hf.modeling_alilama"

@@ -1,0 +1,208 @@
+"""The transformers classes compute what Alilama computes, for every positional scheme."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from alilama_testing import SCHEMES
+
+from alilama_core.checkpoint import load_run
+from alilama_core.generate import SamplingSettings, generate
+
+PROMPT = "Once upon a time, Lily saw"
+
+
+def _hf(export_dir, attn="sdpa"):
+    import alilama_hf  # noqa: F401  (registers the Auto classes)
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(export_dir, attn_implementation=attn).eval()
+
+
+def _until_eot(tokens: list[int], eot: int) -> list[int]:
+    return tokens[: tokens.index(eot)] if eot in tokens else tokens
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("positional", SCHEMES)
+def test_logits_equal_alilama(runs, exports, positional, attn):
+    loaded = load_run(runs[positional])
+    model = _hf(exports[positional], attn)
+    assert type(model).__module__ == "alilama_hf.modeling_alilama"  # registered, no remote code
+    assert model.config._attn_implementation == attn
+    ids = torch.tensor([loaded.tokenizer.encode(PROMPT * 4)[:30], list(range(100, 130))])  # (2, 30)
+    with torch.no_grad():
+        expected = loaded.model(ids)
+        got = model(ids).logits
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("positional", SCHEMES)
+def test_buffers_and_tied_head_survive_from_pretrained(exports, positional):
+    from safetensors import safe_open
+
+    from alilama_hf.modeling_alilama import alibi_slopes, rope_inv_freq
+
+    model = _hf(exports[positional])
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    with safe_open(exports[positional] / "model.safetensors", "pt") as f:
+        keys = set(f.keys())
+    assert "lm_head.weight" not in keys and "model.embed_tokens.weight" in keys
+    if positional == "alibi":  # 6 heads: the interleaved slopes of a non-power-of-two count
+        from alilama_positional.alibi import alibi_slopes as reference
+
+        assert torch.equal(model.model.alibi.slopes, reference(6))
+        assert alibi_slopes(6).tolist() == [2**-2, 2**-4, 2**-6, 2**-8, 2**-1, 2**-3]
+    if positional == "rope":
+        assert torch.equal(model.model.rotary_emb.inv_freq, rope_inv_freq(8, 500.0))
+
+
+@pytest.mark.parametrize("positional", SCHEMES)
+def test_cached_and_uncached_generate_agree(runs, exports, positional):
+    loaded = load_run(runs[positional])
+    model = _hf(exports[positional])
+    ids = torch.tensor([loaded.tokenizer.encode(PROMPT)])
+    n = 20 if positional == "learned" else 40  # ALiBi, RoPE and NoPE run past their 32-token context
+    kw = dict(max_new_tokens=n, do_sample=False, min_new_tokens=n)
+    cached = model.generate(ids, use_cache=True, **kw)
+    uncached = model.generate(ids, use_cache=False, **kw)
+    static = model.generate(ids, cache_implementation="static", **kw)  # preallocated: empty slots masked
+    assert cached.shape[1] == ids.shape[1] + n
+    assert cached.tolist() == uncached.tolist() == static.tolist()
+
+
+@pytest.mark.parametrize("positional", SCHEMES)
+def test_greedy_generate_equals_alilama(runs, exports, positional):
+    loaded = load_run(runs[positional])
+    model = _hf(exports[positional])
+    eot = loaded.tokenizer.eot_id
+    prompt = loaded.tokenizer.encode(PROMPT)
+    n = 20 if positional == "learned" else 40
+    ours = generate(loaded.model, [prompt], SamplingSettings(max_new_tokens=n, temperature=0), eot_id=eot)[0]
+    out = model.generate(torch.tensor([prompt]), max_new_tokens=n, do_sample=False)
+    theirs = _until_eot(out[0, len(prompt) :].tolist(), eot)
+    assert theirs == ours
+
+
+@pytest.mark.parametrize("positional", ["alibi", "rope", "learned"])
+def test_left_padded_batch_equals_one_by_one(runs, exports, positional):
+    loaded = load_run(runs[positional])
+    model = _hf(exports[positional])
+    tok = loaded.tokenizer
+    prompts = [tok.encode(PROMPT), tok.encode("She loved"), tok.encode("Max barked at the ball and")]
+    settings = SamplingSettings(max_new_tokens=12, temperature=0)
+    ours = generate(loaded.model, prompts, settings, eot_id=tok.eot_id)
+    width = max(map(len, prompts))
+    ids = torch.tensor([[tok.eot_id] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    out = model.generate(ids, attention_mask=mask, max_new_tokens=12, do_sample=False)
+    theirs = [_until_eot(row[width:], tok.eot_id) for row in out.tolist()]
+    assert theirs == ours
+
+
+def test_learned_positions_refuse_to_run_past_their_table(exports):
+    model = _hf(exports["learned"])
+    with pytest.raises(ValueError, match="covers 64 positions"):
+        model(torch.zeros(1, 65, dtype=torch.long))
+
+
+def test_weight_names_round_trip(runs):
+    from alilama_hf.export import from_hf_state_dict, to_hf_state_dict
+
+    for positional in SCHEMES:
+        state = load_run(runs[positional]).model.state_dict()
+        hf = to_hf_state_dict(state)
+        assert "lm_head.weight" not in hf and all(k.startswith("model.") for k in hf)
+        back = from_hf_state_dict(hf)
+        assert back.keys() == state.keys() - {"head.weight"}
+        assert all(back[k] is state[k] for k in back)
+
+
+def test_auto_classes_load_without_remote_code(exports):
+    import alilama_hf  # noqa: F401
+    from transformers import AutoConfig, AutoModel
+
+    config = AutoConfig.from_pretrained(exports["rope"])
+    assert type(config).__name__ == "AlilamaConfig" and config.tie_word_embeddings
+    base = AutoModel.from_pretrained(exports["rope"])
+    assert type(base).__name__ == "AlilamaModel"
+    hidden = base(torch.tensor([[1, 2, 3]])).last_hidden_state
+    assert hidden.shape == (1, 3, 32)
+
+
+def test_exported_folder_is_complete(exports, tokenizer):
+    out = exports["alibi"]
+    names = {p.name for p in out.iterdir()}
+    assert names >= {
+        "config.json", "model.safetensors", "generation_config.json", "configuration_alilama.py",
+        "modeling_alilama.py", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "README.md",
+    }
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "alilama" and config["tie_word_embeddings"] is True
+    assert config["auto_map"]["AutoModelForCausalLM"] == "modeling_alilama.AlilamaForCausalLM"
+    assert config["positional"] == "alibi" and config["n_heads"] == 6
+    gen = json.loads((out / "generation_config.json").read_text())
+    assert gen["eos_token_id"] == gen["bos_token_id"] == gen["pad_token_id"] == tokenizer.eot_id
+    tok_config = json.loads((out / "tokenizer_config.json").read_text())
+    assert tok_config["eos_token"] == tok_config["pad_token"] == "<|endoftext|>"
+    # Remote code must not need Alilama: only torch, transformers and the sibling config.
+    for name in ("modeling_alilama.py", "configuration_alilama.py"):
+        assert "alilama_" not in "".join(
+            line for line in (out / name).read_text().splitlines() if line.lstrip().startswith(("import", "from"))
+        )
+
+
+def test_auto_tokenizer_matches_alilama(exports, tokenizer):
+    from transformers import AutoTokenizer
+
+    hf = AutoTokenizer.from_pretrained(exports["alibi"])
+    for text in ["Once upon a time", "  spaces\tand\nnewlines  ", "Ünïcödé 🙂 and 中文", ""]:
+        assert hf(text)["input_ids"] == tokenizer.encode(text)
+        assert hf.decode(tokenizer.encode(text)) == text
+    assert hf.eos_token == "<|endoftext|>" and hf.eos_token_id == tokenizer.eot_id
+    assert hf.pad_token_id == tokenizer.eot_id
+
+
+def test_model_card(exports):
+    import yaml
+
+    card = (exports["alibi"] / "README.md").read_text()
+    _, front, body = card.split("---\n", 2)
+    meta = yaml.safe_load(front)
+    assert meta["library_name"] == "transformers" and meta["pipeline_tag"] == "text-generation"
+    assert {"alilama", "custom_code", "alibi"} <= set(meta["tags"]) and meta["license"] == "mit"
+    assert "## Architecture" in body and "| attention heads | 6 x 8 |" in body
+    assert "ALiBi" in body and "4 optimizer steps" in body and "384 training tokens" in body
+    assert "| 4 | 384 | 4.4 | 2.9 |" in body  # the eval figures from metrics.jsonl
+    assert 'AutoModelForCausalLM.from_pretrained("alilama-test/alibi", trust_remote_code=True)' in body
+    # A run without metrics.jsonl still gets a card.
+    bare = (exports["nope"] / "README.md").read_text()
+    assert "no metrics.jsonl" in bare and "No evaluation figures" in bare
+
+
+def test_cache_is_accepted_as_cache_and_as_past_key_values(runs, exports):
+    from transformers import DynamicCache
+
+    loaded = load_run(runs["rope"])
+    model = _hf(exports["rope"])
+    ids = torch.tensor([loaded.tokenizer.encode(PROMPT * 3)[:24]])
+    with torch.no_grad():
+        full = model(ids).logits
+        first = model(ids[:, :10], cache=DynamicCache(config=model.config), use_cache=True)
+        second = model(ids[:, 10:20], past_key_values=first.cache, use_cache=True)  # the older name
+        third = model(ids[:, 20:], cache=second.cache, use_cache=True)
+    assert third.cache.get_seq_length() == 24
+    steps = torch.cat([first.logits, second.logits, third.logits], dim=1)
+    torch.testing.assert_close(steps, full, rtol=1e-5, atol=1e-5)
+
+
+def test_labels_give_alilama_next_token_loss(runs, exports):
+    loaded = load_run(runs["alibi"])
+    model = _hf(exports["alibi"])
+    ids = torch.tensor([loaded.tokenizer.encode(PROMPT * 3)[:24]])
+    with torch.no_grad():
+        expected = torch.nn.functional.cross_entropy(loaded.model(ids)[0, :-1], ids[0, 1:])
+        loss = model(ids, labels=ids).loss
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-5)
