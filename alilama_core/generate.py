@@ -120,6 +120,7 @@ def generate_stream(
             cache=cache,
             key_padding_mask=seq_mask if padded else None,
             position_ids=positions if padded else None,
+            logits_to_keep=1,
         )[:, -1]  # (B, V)
         history = seq if settings.repetition_penalty else None
         token = next_token(logits, settings, history, generator)  # (B,)

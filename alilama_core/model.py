@@ -167,8 +167,9 @@ class GPT(nn.Module):
         cache: KVCache | None = None,
         key_padding_mask: Tensor | None = None,
         position_ids: Tensor | None = None,
+        logits_to_keep: int = 0,
     ) -> Tensor:
-        """Token ids ``(B, T)`` to logits ``(B, T, V)``.
+        """Token ids ``(B, T)`` to logits ``(B, T, V)`` (the last ``logits_to_keep`` positions if > 0).
 
         With ``cache``, ``idx`` holds only the new tokens; their positions follow
         the cached ones. ``key_padding_mask`` ``(B, S)``, ``True`` for real tokens,
@@ -194,6 +195,8 @@ class GPT(nn.Module):
         x = self.dropout(x)
         for i, block in enumerate(self.blocks):
             x = block(x, positions, cache, i, key_padding_mask)  # (B, T, C)
+        if logits_to_keep:
+            x = x[:, -logits_to_keep:]  # sampling needs only the last positions
         return self.head(self.ln_f(x))  # (B, T, V)
 
     @staticmethod
