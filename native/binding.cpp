@@ -291,7 +291,14 @@ PYBIND11_MODULE(_native, m) {
             GcPause pause;
             {
               py::gil_scoped_release nogil;
-              std::vector<std::thread> pool;
+              struct Joiner {  // joins the workers however this scope is left
+                std::vector<std::thread> threads;
+                ~Joiner() {
+                  for (auto& th : threads)
+                    if (th.joinable()) th.join();
+                }
+              } joiner;
+              auto& pool = joiner.threads;
               for (int w = 1; w < t && size_t(w) < nblocks; ++w)
                 pool.emplace_back([&] {
                   for (size_t b; (b = next.fetch_add(1)) < nblocks;) run_block(b);

@@ -115,13 +115,29 @@ void Trainer::add(const std::vector<std::string_view>& texts) {
     stream_pos_ += t.size();
     total_bytes_ += t.size();
   }
-  size_t t = std::min<size_t>(size_t(threads_), std::max<size_t>(pieces.size(), 1));
-  std::vector<StringMap<ChunkStat>> local(t);
-  std::vector<uint64_t> nchunks(t, 0);
+  // Each worker counts pieces in its own map and folds it into the shared table under a
+  // lock after every ~1 MiB: memory stays near one table, not one per thread.
+  std::mutex mu;
   std::atomic<size_t> next{0};
-  auto worker = [&](size_t w) {
+  std::atomic<uint64_t> nchunks{0};
+  auto fold = [&](StringMap<ChunkStat>& local) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& e : local.entries()) {
+      std::string_view key = local.key(e);
+      bool inserted;
+      ChunkStat& st = counts_.find_or_insert_hashed(reinterpret_cast<const uint8_t*>(key.data()), key.size(),
+                                                    e.hash, e.value, inserted);
+      if (!inserted) {
+        st.count += e.value.count;
+        st.first = std::min(st.first, e.value.first);
+      }
+    }
+    local.reset();
+  };
+  auto worker = [&]() {
     StringMap<ChunkStat> map;  // on this thread's stack: no false sharing with other workers
     uint64_t count = 0;
+    size_t unfolded = 0;  // bytes counted in `map` since it was last folded
     while (true) {
       size_t i = next.fetch_add(1);
       if (i >= pieces.size()) break;
@@ -136,28 +152,21 @@ void Trainer::add(const std::vector<std::string_view>& texts) {
         ++count;
         pos = end;
       }
-    }
-    local[w] = std::move(map);
-    nchunks[w] = count;
-  };
-  std::vector<std::thread> pool;
-  for (size_t w = 1; w < t; ++w) pool.emplace_back(worker, w);
-  worker(0);
-  for (auto& th : pool) th.join();
-  for (size_t w = 0; w < t; ++w) {
-    total_chunks_ += nchunks[w];
-    for (const auto& e : local[w].entries()) {
-      std::string_view key = local[w].key(e);
-      bool inserted;
-      ChunkStat& st = counts_.find_or_insert_hashed(reinterpret_cast<const uint8_t*>(key.data()), key.size(),
-                                                    e.hash, e.value, inserted);
-      if (!inserted) {
-        st.count += e.value.count;
-        st.first = std::min(st.first, e.value.first);
+      unfolded += pc.n;
+      if (unfolded >= (size_t(1) << 20)) {
+        fold(map);
+        unfolded = 0;
       }
     }
-    local[w].clear();
-  }
+    if (map.size()) fold(map);
+    nchunks += count;
+  };
+  size_t t = std::min<size_t>(size_t(threads_), std::max<size_t>(pieces.size(), 1));
+  std::vector<std::thread> pool;
+  for (size_t w = 1; w < t; ++w) pool.emplace_back(worker);
+  worker();
+  for (auto& th : pool) th.join();
+  total_chunks_ += nchunks.load();
 }
 
 namespace {
@@ -200,23 +209,31 @@ std::vector<Merge> Trainer::train(size_t num_merges, const ProgressFn& progress)
   std::sort(order.begin(), order.end(),
             [&](uint32_t x, uint32_t y) { return entries[x].value.first < entries[y].value.first; });
 
-  std::vector<uint32_t> id(total_nodes), prev(total_nodes), next(total_nodes), chunk(total_nodes);
+  std::vector<uint32_t> id(total_nodes), prev(total_nodes), next(total_nodes);
   std::vector<uint64_t> weight(order.size());
+  std::vector<uint32_t> start(order.size() + 1);  // first node of each chunk
   {
     uint32_t pos = 0;
     for (uint32_t c = 0; c < order.size(); ++c) {
       const auto& e = entries[order[c]];
       std::string_view key = counts_.key(e);
       weight[c] = e.value.count;
+      start[c] = pos;
       for (uint32_t k = 0; k < e.len; ++k) {
         id[pos + k] = uint8_t(key[k]);
         prev[pos + k] = k == 0 ? kNone : pos + k - 1;
         next[pos + k] = k + 1 == e.len ? kNone : pos + k + 1;
-        chunk[pos + k] = c;
       }
       pos += e.len;
     }
+    start[order.size()] = pos;
   }
+  std::vector<uint32_t>().swap(order);
+  // Weight of the chunk holding node i (binary search: no per-node chunk index to store).
+  auto weight_of = [&](uint32_t i) -> uint64_t {
+    size_t c = size_t(std::upper_bound(start.begin(), start.end(), i) - start.begin()) - 1;
+    return weight[c];
+  };
 
   // The chunk table is no longer needed: free it before the pair structures grow.
   unique_after_train_ = counts_.size();
@@ -270,7 +287,7 @@ std::vector<Merge> Trainer::train(size_t num_merges, const ProgressFn& progress)
   };
 
   for (uint32_t i = 0; i + 1 < total_nodes; ++i) {
-    if (next[i] != kNone) inc(id[i], id[i + 1], i, weight[chunk[i]]);
+    if (next[i] != kNone) inc(id[i], id[i + 1], i, weight_of(i));
   }
   std::priority_queue<HeapEntry> heap;
   for (uint32_t pi : touched) heap.push({pairs[pi].count, pairs[pi].first, pi});
@@ -315,7 +332,7 @@ std::vector<Merge> Trainer::train(size_t num_merges, const ProgressFn& progress)
       if (id[i] != a) continue;
       uint32_t j = next[i];
       if (j == kNone || id[j] != b) continue;
-      uint64_t w = weight[chunk[i]];
+      uint64_t w = weight_of(i);
       uint32_t pv = prev[i], nx = next[j];
       if (pv != kNone) dec(id[pv], a, w);
       if (nx != kNone) dec(b, id[nx], w);
@@ -373,13 +390,16 @@ struct Encoder::Cache {
   };
   static constexpr size_t kMaxChunk = 64;
   static constexpr size_t kMaxEntries = size_t(1) << 18;
+  static constexpr size_t kHot = 16384;  // direct-mapped front table (512 KiB, stays in L2)
+  std::vector<Slot> hot;
   std::vector<Slot> slots;
   size_t used = 0;
   std::vector<uint8_t> arena;
   std::vector<uint32_t> toks;
 
-  Cache() { slots.assign(size_t(1) << 12, Slot{}); }
+  Cache() : hot(kHot) { slots.assign(size_t(1) << 12, Slot{}); }
   void clear() {
+    hot.assign(kHot, Slot{});
     slots.assign(size_t(1) << 12, Slot{});
     used = 0;
     arena.clear();
@@ -388,6 +408,10 @@ struct Encoder::Cache {
   static uint64_t hash_of(const uint8_t* p, size_t len, uint64_t key8) {
     uint64_t h = len <= 8 ? mix64(key8 ^ (uint64_t(len) * 0x9E3779B97F4A7C15ULL)) : hash_bytes(p, len);
     return h | 1;
+  }
+  bool same(const Slot& sl, const uint8_t* p, size_t len, uint64_t h, uint64_t key8) const {
+    return sl.hash == h && sl.len == len && sl.key8 == key8 &&
+           (len <= 8 || std::memcmp(arena.data() + sl.key_off, p + 8, len - 8) == 0);
   }
   // The slot holding the key, or the empty slot where it belongs.
   Slot& find(const uint8_t* p, size_t len, uint64_t h, uint64_t key8) {
@@ -529,10 +553,23 @@ void Encoder::encode_ordinary_cached(const uint8_t* s, size_t n, std::vector<uin
       encode_chunk(s + pos, len, out);
     } else {
       const uint8_t* p = s + pos;
-      uint64_t key8 = 0;
-      std::memcpy(&key8, p, len < 8 ? len : 8);
+      uint64_t key8;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+      if (pos + 8 <= n) {  // one fixed 8-byte load, masked to the key (no store-forwarding stall)
+        std::memcpy(&key8, p, 8);
+        if (len < 8) key8 &= (uint64_t(1) << (8 * len)) - 1;  // keeps the first len bytes
+      } else
+#endif
+      {
+        key8 = 0;
+        for (size_t k = 0; k < len && k < 8; ++k) key8 |= uint64_t(p[k]) << (8 * k);
+      }
       uint64_t h = Cache::hash_of(p, len, key8);
-      Cache::Slot* sl = &cache.find(p, len, h, key8);
+      Cache::Slot* sl = &cache.hot[(h >> 20) & (Cache::kHot - 1)];
+      if (!cache.same(*sl, p, len, h, key8)) {
+        sl = &cache.find(p, len, h, key8);
+        if (sl->hash) cache.hot[(h >> 20) & (Cache::kHot - 1)] = *sl;
+      }
       if (sl->hash) {
         if (sl->ntok == 1) {
           out.push_back(sl->tok[0]);

@@ -1,6 +1,7 @@
 // Small open-addressing hash maps used by the trainer and the encoder.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -95,6 +96,12 @@ class StringMap {
   std::vector<Entry>& entries() { return entries_; }
   std::string_view key(const Entry& e) const {
     return std::string_view(reinterpret_cast<const char*>(arena_.data() + e.off), e.len);
+  }
+  // Empty the map but keep its memory for reuse.
+  void reset() {
+    entries_.clear();
+    arena_.clear();
+    std::fill(slots_.begin(), slots_.end(), kEmpty);
   }
   void clear() {
     entries_.clear();

@@ -2,13 +2,13 @@
 # Build the native tokenizer with AddressSanitizer + UndefinedBehaviorSanitizer and run a
 # bounded randomised fuzz over arbitrary input (see native/fuzz_main.cpp).
 #
-#   bash scripts/fuzz_native.sh [SECONDS]      # default 40 s of fuzzing (plus ~15 s to build)
+#   bash scripts/fuzz_native.sh [SECONDS]      # default 35 s of fuzzing (plus ~10-15 s to build)
 #
 # Needs only g++ (or $CXX) and Python 3 (for the Unicode tables). FUZZ_SEED fixes the seed.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-seconds="${1:-${FUZZ_SECONDS:-40}}"
+seconds="${1:-${FUZZ_SECONDS:-35}}"
 seed="${FUZZ_SEED:-$(date +%s)}"
 build="${FUZZ_BUILD_DIR:-build/fuzz}"
 cxx="${CXX:-g++}"

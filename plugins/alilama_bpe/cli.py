@@ -68,11 +68,15 @@ def _progress() -> Progress:
 @_clean_errors
 def train(
     input: Annotated[list[Path], typer.Option("--input", "-i", help="UTF-8 text file(s) to learn from.")],
-    vocab_size: Annotated[int, typer.Option("--vocab-size", "-v", help="Total ids: 256 bytes + merges + special tokens.")],
+    vocab_size: Annotated[
+        int, typer.Option("--vocab-size", "-v", help="Total ids: 256 bytes + merges + special tokens.")
+    ],
     out: Annotated[Path, typer.Option("--out", "-o", help="Folder to write the tokenizer into.")],
     special: Annotated[
         Optional[list[str]],
-        typer.Option("--special", "-s", help="Special token (repeatable); default <|endoftext|>. Also a document separator."),
+        typer.Option(
+            "--special", "-s", help="Special token (repeatable); default <|endoftext|>. Also a document separator."
+        ),
     ] = None,
     no_special: Annotated[bool, typer.Option("--no-special", help="No special tokens at all.")] = False,
     threads: ThreadsOpt = None,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -33,13 +33,19 @@ from alilama_bpe.reference import GPT4_SPLIT_PATTERN
 if TYPE_CHECKING:
     import numpy as np
 
-_BATCH_BYTES = 32 << 20  # texts are handed to the native counter in batches of this size
+# Texts are handed to the native counter in batches of at most this many bytes or texts
+# (the counter holds a view of each text of a batch while it runs).
+_BATCH_BYTES = 32 << 20
+_BATCH_TEXTS = 8192
 
 
 def _default_threads(threads: int | None) -> int:
     if threads is not None and threads > 0:
         return threads
-    return os.cpu_count() or 1
+    try:
+        return len(os.sched_getaffinity(0)) or 1  # the cores this process may use
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def check_special_tokens(tokens: Iterable[str]) -> list[str]:
@@ -252,7 +258,7 @@ class BPETokenizer(Tokenizer):
                         raise TokenizerError(f"texts must be str, got {type(t).__name__}")
                     batch.append(t)
                     size += len(t)
-                    if size >= _BATCH_BYTES:
+                    if size >= _BATCH_BYTES or len(batch) >= _BATCH_TEXTS:
                         _add(trainer, batch)
                         batch, size = [], 0
                 if batch:
@@ -304,7 +310,9 @@ class BPETokenizer(Tokenizer):
             if unknown:
                 raise TokenizerError(f"unknown special tokens in allowed_special: {sorted(unknown)}")
         else:
-            raise TokenizerError(f"allowed_special must be 'all', 'none', 'none_raise' or a set, not {allowed_special!r}")
+            raise TokenizerError(
+                f"allowed_special must be 'all', 'none', 'none_raise' or a set, not {allowed_special!r}"
+            )
         disallowed = [t for t in self._special if t not in allowed]
         texts = [text_or_texts] if isinstance(text_or_texts, str) else text_or_texts
         if disallowed:

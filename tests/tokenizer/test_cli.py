@@ -71,17 +71,20 @@ def test_train_bad_arguments(app, corpus, tmp_path, args, message):
 
 
 def test_train_non_utf8_and_empty(app, tmp_path):
+    def train(path, *extra):
+        return runner.invoke(app, ["tokenizer", "train", "-i", str(path), "-o", str(tmp_path / "t"), *extra])
+
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"ok ok ok\n\xff\xfe nope")
-    r = runner.invoke(app, ["tokenizer", "train", "-i", str(bad), "-v", "300", "-o", str(tmp_path / "t")])
+    r = train(bad, "-v", "300")
     assert r.exit_code == 1 and "invalid UTF-8 at byte offset 9" in r.output and "bad.txt" in r.output
-    r = runner.invoke(app, ["tokenizer", "train", "-i", str(bad), "-v", "260", "-o", str(tmp_path / "t"), "--errors", "replace"])
+    r = train(bad, "-v", "260", "--errors", "replace")
     assert r.exit_code == 0, r.output
     empty = tmp_path / "empty.txt"
     empty.write_text("")
-    r = runner.invoke(app, ["tokenizer", "train", "-i", str(empty), "-v", "300", "-o", str(tmp_path / "t")])
+    r = train(empty, "-v", "300")
     assert r.exit_code == 1 and "empty" in r.output
-    r = runner.invoke(app, ["tokenizer", "train", "-i", str(tmp_path / "none.txt"), "-v", "300", "-o", str(tmp_path / "t")])
+    r = train(tmp_path / "none.txt", "-v", "300")
     assert r.exit_code == 1 and "no such input file" in r.output
 
 
@@ -111,6 +114,7 @@ def test_plugin_import_is_light():
     import subprocess
     import sys
 
-    code = "import sys, alilama_bpe; bad = [m for m in ('torch', 'numpy', 'alilama_bpe._native', 'typer') if m in sys.modules]; print(bad)"
+    heavy = ("torch", "numpy", "alilama_bpe._native", "typer")
+    code = f"import sys, alilama_bpe; print([m for m in {heavy!r} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -16,6 +16,18 @@ def test_reference_doctests():
     assert doctest.testmod(reference).failed == 0
 
 
+def test_tokenizer_doctests(bpe, monkeypatch):
+    from alilama_bpe import tokenizer
+
+    monkeypatch.setattr(tokenizer.BPETokenizer, "backend", bpe.backend)
+    assert doctest.testmod(tokenizer).failed == 0
+
+
+def test_incremental_trainer_equals_naive_reference(stories):
+    counts = reference.count_chunks([stories[:120_000]], specials=["<|endoftext|>"])
+    assert reference.train_incremental(counts, 300) == reference.train(counts, 300)
+
+
 def test_pattern_is_gpt4(minbpe):
     assert reference.GPT4_SPLIT_PATTERN == minbpe.pattern
 
