@@ -3,13 +3,14 @@
 A tokenizer maps text to integer ids and back, trains from texts, and saves to
 and loads from a directory. Worked example with the built-in byte-level BPE::
 
-    >>> from alilama_core import registry
-    >>> BPE = registry.get_tokenizer("bpe")
-    >>> tok = BPE.train(["hello hello world"], vocab_size=258)
-    >>> tok.encode("hello")          # 256 = (h, e)? merges depend on the text
-    [...]
-    >>> tok.decode(tok.encode("hello world"))
-    'hello world'
+    >>> from alilama_core.registry import get_tokenizer
+    >>> tok = get_tokenizer("bpe").train(["hello hello world"], vocab_size=259)
+    >>> tok.merges                   # 256 = "he", 257 = "hel", 258 = "hell"
+    [(104, 101), (256, 108), (257, 108)]
+    >>> tok.encode("hello")          # "hell" + "o" (111)
+    [258, 111]
+    >>> tok.decode([258, 111])
+    'hello'
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class Tokenizer(abc.ABC):
         threads: int | None = None,
         progress: ProgressCallback | None = None,
     ) -> "Tokenizer":
-        """Learn a vocabulary of ``vocab_size`` ids (special tokens not counted) from ``texts``."""
+        """Learn a vocabulary of ``vocab_size`` ids in all (bytes, merges and ``special_tokens``) from ``texts``."""
 
     @abc.abstractmethod
     def encode(self, text: str, allowed_special: AllowedSpecial = "none_raise") -> list[int]:

@@ -335,11 +335,12 @@ class DefaultTrainer(Trainer):
                 if grad_norm is not None:
                     row["grad_norm"] = grad_norm
                 evaluate_now = step % tcfg.eval_every == 0 or step == tcfg.max_steps
+                new_best = False
                 if evaluate_now and dist.main:
                     last_eval = self.evaluate(model, val_tokens, bytes_per_token, dist.device)
                     row.update(last_eval)
                     if best["val_loss"] is None or last_eval["val_loss"] < best["val_loss"]:
-                        best = {"val_loss": last_eval["val_loss"], "step": step}
+                        best, new_best = {"val_loss": last_eval["val_loss"], "step": step}, True
                 sample_every = tcfg.sample_every or tcfg.eval_every
                 if dist.main and (step % sample_every == 0 or step == tcfg.max_steps) and tcfg.sample_prompts:
                     row["samples"] = self.samples(model, tokenizer, step)
@@ -356,7 +357,7 @@ class DefaultTrainer(Trainer):
                     self._stop = f"stopped at step {stop_at} (--stop-at)"
                 out_of_time = tcfg.max_time is not None and elapsed >= tcfg.max_time
                 stop = self._stop or ("time budget" if out_of_time else None)
-                if dist.main and (step % tcfg.checkpoint_every == 0 or stop or step == tcfg.max_steps):
+                if dist.main and (step % tcfg.checkpoint_every == 0 or stop or new_best or step == tcfg.max_steps):
                     self._save_checkpoint(run, f"step-{step:08d}", model, opt, checkpoint_state())
                     self._prune(run, best["step"])
                 if stop:

@@ -190,3 +190,21 @@ def test_quickstart_end_to_end(tmp_path):
     assert "val bits per byte" in result.stdout and "loss curve" in result.stdout
     assert (tmp_path / "qs" / "run" / "loss.png").is_file()
     assert (tmp_path / "qs" / "run" / "final" / "model.safetensors").is_file()
+
+
+def test_gradient_accumulation_matches_the_full_batch(data_dir, tmp_path):
+    fit(tiny(max_steps=4, batch_size=8, eval_every=100), data_dir, tmp_path / "full")
+    fit(tiny(max_steps=4, batch_size=8, micro_batch_size=2, eval_every=100), data_dir, tmp_path / "accum")
+    full, accum = losses(tmp_path / "full"), losses(tmp_path / "accum")
+    assert full.keys() == accum.keys()
+    for step in full:
+        assert accum[step] == pytest.approx(full[step], rel=1e-4)
+
+
+def test_bf16_autocast_trains(data_dir, tmp_path):
+    result = fit(tiny(max_steps=6, dtype="bfloat16", lr=1e-2, eval_every=6), data_dir, tmp_path / "bf16")
+    import math
+
+    l = losses(tmp_path / "bf16")
+    assert all(math.isfinite(v) for v in l.values())
+    assert math.isfinite(result["val_loss"]) and result["val_loss"] < math.log(320)  # below uniform guessing
