@@ -12,13 +12,12 @@ The minbpe v1 ``.model`` format, line by line::
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import unicodedata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from alilama_core.errors import TokenizerError
+from alilama_core.files import atomic_write_text
 
 from alilama_bpe import reference
 
@@ -30,22 +29,6 @@ VOCAB_FILE = "tokenizer.vocab"
 CONFIG_FILE = "tokenizer_config.json"
 HF_FILE = "tokenizer.json"
 FORMAT_VERSION = 1
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and ``os.replace``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 def model_text(tok: "BPETokenizer") -> str:
@@ -76,8 +59,8 @@ def vocab_text(tok: "BPETokenizer") -> str:
 
 def save(tok: "BPETokenizer", directory: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    write_atomic(directory / MODEL_FILE, model_text(tok))
-    write_atomic(directory / VOCAB_FILE, vocab_text(tok))
+    atomic_write_text(directory / MODEL_FILE, model_text(tok))
+    atomic_write_text(directory / VOCAB_FILE, vocab_text(tok))
     config = {
         "name": tok.name,
         "format": "minbpe v1",
@@ -89,7 +72,7 @@ def save(tok: "BPETokenizer", directory: Path) -> None:
         "special_tokens": tok.special_tokens,
         "pattern": tok.pattern,
     }
-    write_atomic(directory / CONFIG_FILE, json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+    atomic_write_text(directory / CONFIG_FILE, json.dumps(config, indent=2, ensure_ascii=False) + "\n")
 
 
 def model_path(path: Path) -> Path:
@@ -230,7 +213,7 @@ def hf_tokenizer_json(tok: "BPETokenizer") -> dict:
 
 def save_hf(tok: "BPETokenizer", directory: Path) -> Path:
     path = directory / HF_FILE
-    write_atomic(path, json.dumps(hf_tokenizer_json(tok), ensure_ascii=False))
+    atomic_write_text(path, json.dumps(hf_tokenizer_json(tok), ensure_ascii=False))
     return path
 
 
