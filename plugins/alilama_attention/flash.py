@@ -7,6 +7,8 @@ expressed, so only ``has_slopes`` schemes are accepted.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 
@@ -14,7 +16,9 @@ from alilama_core.errors import PluginUnavailableError
 from alilama_core.interfaces import AttentionBackend, PositionalScheme
 
 
+@functools.cache
 def _check() -> str | None:
+    """Why the backend cannot run here, or ``None``; depends only on the installation, so cached."""
     try:
         import flash_attn  # noqa: F401
     except ImportError:

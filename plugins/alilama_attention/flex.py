@@ -7,6 +7,7 @@ diagonal are skipped. Other bias schemes are looked up from their dense bias.
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 
@@ -45,7 +46,9 @@ def _eager_flex(*args, **kwargs):
         return flex_attention(*args, **kwargs)
 
 
+@functools.cache
 def _check() -> str | None:
+    """Why the backend cannot run here, or ``None``; depends only on the installation, so cached."""
     try:
         import torch.nn.attention.flex_attention  # noqa: F401
     except ImportError as exc:  # pragma: no cover - depends on the torch build
