@@ -10,7 +10,7 @@ models with different tokenizers compare fairly.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +49,31 @@ def encode_file(tokenizer, path: str | Path) -> np.ndarray:
 
 
 @torch.no_grad()
+def window_nll(
+    model, tokens: np.ndarray, starts: np.ndarray, context: int, batch_size: int, byte_lengths: np.ndarray | None = None
+) -> tuple[float, int, int]:
+    """Summed loss (nats), predicted tokens and their bytes over windows of ``context`` tokens at ``starts``.
+
+    Each window is scored on its own (eval mode); bytes are counted only when
+    ``byte_lengths`` is given.
+    """
+    from alilama_core.data import random_windows
+
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    nats, count, nbytes = 0.0, 0, 0
+    for i in range(0, len(starts), batch_size):
+        x, y = random_windows(tokens, starts[i : i + batch_size], context)  # (b, T) each
+        logits = model(x.to(device))
+        nats += F.cross_entropy(logits.flatten(0, 1).float(), y.to(device).flatten(), reduction="sum").item()
+        count += y.numel()
+        if byte_lengths is not None:
+            nbytes += int(byte_lengths[y.numpy()].sum())
+    model.train(was_training)
+    return nats, count, nbytes
+
+
 def evaluate_tokens(
     model, tokens: np.ndarray, byte_lengths: np.ndarray, context: int, batch_size: int = 8
 ) -> tuple[float, float, int, int]:
@@ -57,18 +82,8 @@ def evaluate_tokens(
     if n_windows < 1:
         raise ConfigError(f"the text has {len(tokens)} tokens: too short for one window of {context + 1}")
     starts = np.arange(n_windows) * context
-    device = next(model.parameters()).device
-    nats, count, nbytes = 0.0, 0, 0
-    for i in range(0, n_windows, batch_size):
-        rows = np.stack([tokens[s : s + context + 1] for s in starts[i : i + batch_size]])
-        block = torch.from_numpy(rows).to(device)
-        x, y = block[:, :-1], block[:, 1:]
-        logits = model(x)
-        nats += F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum").item()
-        count += y.numel()
-        nbytes += int(byte_lengths[rows[:, 1:]].sum())
-    loss = nats / count
-    return loss, nats / math.log(2) / max(1, nbytes), count, n_windows
+    nats, count, nbytes = window_nll(model, tokens, starts, context, batch_size, byte_lengths)
+    return nats / count, nats / math.log(2) / max(1, nbytes), count, n_windows
 
 
 def evaluate_run(
@@ -82,14 +97,9 @@ def evaluate_run(
 ) -> list[EvalRow]:
     """Evaluate a run folder on ``files`` at each context length (default: 1x, 2x, 4x, 8x trained)."""
     from alilama_core.checkpoint import load_run
-    from alilama_core.model import build_model
 
-    loaded = load_run(run, checkpoint=checkpoint)
+    loaded = load_run(run, checkpoint=checkpoint, attention=attention or None)
     model, tokenizer, cfg = loaded.model, loaded.tokenizer, loaded.config
-    if attention and attention != cfg.model.attention:
-        swapped = build_model(type(cfg.model)(**{**asdict(cfg.model), "attention": attention}))
-        swapped.load_state_dict(model.state_dict())
-        model = swapped.eval()
     trained = cfg.model.context_length
     lengths = context_lengths or [trained * m for m in (1, 2, 4, 8)]
     lengths_bytes = token_byte_lengths(tokenizer)

@@ -37,6 +37,7 @@ from alilama_core.checkpoint import WEIGHTS, checkpoints, load_tokenizer, load_w
 from alilama_core.config import Config
 from alilama_core.data import DataError, TokenData, check_fits, random_windows, tokenizer_hash
 from alilama_core.errors import AlilamaError, CheckpointError
+from alilama_core.evaluate import window_nll
 from alilama_core.files import atomic_write_text
 from alilama_core.interfaces import Trainer
 from alilama_core.model import GPT, build_model
@@ -188,22 +189,14 @@ class DefaultTrainer(Trainer):
     # -- evaluation and samples ---------------------------------------------------
 
     @torch.no_grad()
-    def evaluate(self, model: GPT, tokens: np.ndarray, bytes_per_token: float, device) -> dict[str, float]:
+    def evaluate(self, model: GPT, tokens: np.ndarray, bytes_per_token: float) -> dict[str, float]:
         """Mean loss over non-overlapping windows of the val split, and bits per byte."""
         t = model.config.context_length
         limit = self.config.train.eval_tokens or len(tokens)
         starts = np.arange(0, min(len(tokens), limit + 1) - t - 1 + 1, t)
         if len(starts) == 0:
             raise DataError(f"the val split has {len(tokens)} tokens, fewer than one window of {t + 1}")
-        was_training = model.training
-        model.eval()
-        total, count = 0.0, 0
-        for i in range(0, len(starts), 32):
-            x, y = random_windows(tokens, starts[i : i + 32], t)
-            logits = model(x.to(device))
-            total += F.cross_entropy(logits.flatten(0, 1).float(), y.to(device).flatten(), reduction="sum").item()
-            count += y.numel()
-        model.train(was_training)
+        total, count, _ = window_nll(model, tokens, starts, t, batch_size=32)
         loss = total / count
         return {"val_loss": loss, "val_bpb": loss / LN2 / bytes_per_token}
 
@@ -337,7 +330,7 @@ class DefaultTrainer(Trainer):
                 evaluate_now = step % tcfg.eval_every == 0 or step == tcfg.max_steps
                 new_best = False
                 if evaluate_now and dist.main:
-                    last_eval = self.evaluate(model, val_tokens, bytes_per_token, dist.device)
+                    last_eval = self.evaluate(model, val_tokens, bytes_per_token)
                     row.update(last_eval)
                     if best["val_loss"] is None or last_eval["val_loss"] < best["val_loss"]:
                         best, new_best = {"val_loss": last_eval["val_loss"], "step": step}, True
@@ -369,7 +362,7 @@ class DefaultTrainer(Trainer):
                     break
             if dist.main:
                 if not last_eval:
-                    last_eval = self.evaluate(model, val_tokens, bytes_per_token, dist.device)
+                    last_eval = self.evaluate(model, val_tokens, bytes_per_token)
                 self._save_checkpoint(run, "final", model, None, checkpoint_state())
             progress.close()
             dist.barrier()
