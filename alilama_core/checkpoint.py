@@ -89,8 +89,16 @@ def checkpoints(run: Path) -> list[Path]:
     return sorted(p for p in run.glob("step-*") if p.is_dir() and p.name[5:].isdigit())
 
 
-def load_run(run: str | os.PathLike[str], checkpoint: str | None = None, map_location: str = "cpu") -> Run:
-    """Load ``RUN/final`` (or the latest step, or ``checkpoint`` by folder name)."""
+def load_run(
+    run: str | os.PathLike[str],
+    checkpoint: str | None = None,
+    map_location: str = "cpu",
+    attention: str | None = None,
+) -> Run:
+    """Load ``RUN/final`` (or the latest step, or ``checkpoint`` by folder name).
+
+    ``attention`` runs the model with another backend than the one it was trained with.
+    """
     from alilama_core import config as cfgmod
     from alilama_core.model import build_model
 
@@ -98,6 +106,8 @@ def load_run(run: str | os.PathLike[str], checkpoint: str | None = None, map_loc
     if not (path / "config.yaml").is_file():
         raise CheckpointError(f"{str(path)!r} is not an Alilama run folder (no config.yaml)")
     config = cfgmod.load(path / "config.yaml")
+    if attention is not None:
+        config.model.attention = attention
     if checkpoint is not None:
         candidates = [path / checkpoint]
     else:
