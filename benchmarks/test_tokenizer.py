@@ -3,12 +3,14 @@
 Same corpus, same split pattern (GPT-4's), same vocabulary, in one run:
 
 * training at vocab 4096 and 8192: Alilama (native, all cores) against HF's
-  ``BpeTrainer`` with a ``Split(regex)`` + ``ByteLevel`` pre-tokenizer; time and
-  peak resident memory added by the call;
+  ``BpeTrainer`` with a ``Split(regex)`` + ``ByteLevel`` pre-tokenizer; time, and
+  the peak resident memory that one training call adds in a new process (see
+  ``fresh_peak_mib``);
 * encoding at vocab 8192 on 1 and 2 threads: Alilama's ``encode_batch`` against
   a ``tiktoken.Encoding`` built from the same merges (``encode_ordinary_batch``)
   and HF ``Tokenizer.encode_batch`` loaded from Alilama's ``tokenizer.json``
-  (``TOKENIZERS_PARALLELISM`` toggles its second thread).
+  (``TOKENIZERS_PARALLELISM`` toggles its second thread); the cyclic GC is off
+  while timing, as ``timeit`` does.
 
 The corpus is TinyStories (train, train_v1_lowercase, valid; never test) and the
 Gutenberg books from ``../shared/data``, repeated to about 100 MB with
@@ -23,7 +25,9 @@ Gutenberg books from ``../shared/data``, repeated to about 100 MB with
 
 from __future__ import annotations
 
+import gc
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -39,12 +43,12 @@ ENCODE_VOCAB = 8192 if FULL else 2048
 EOT = "<|endoftext|>"
 
 
-@pytest.fixture(scope="module")
-def docs() -> list[str]:
+def load_docs() -> list[str] | None:
+    """The benchmark corpus as documents, or None when the shared data is missing."""
     files = [DATA / "tinystories" / n for n in ("train.txt", "train_v1_lowercase.txt", "valid.txt")]
     files += sorted((DATA / "gutenberg").glob("*.txt"))
     if not all(f.is_file() for f in files[:3]):
-        pytest.skip(f"shared data not found at {DATA} (set ALILAMA_DATA)")
+        return None
     pieces: list[str] = []
     for f in files:
         text = f.read_text(encoding="utf-8")
@@ -61,6 +65,14 @@ def docs() -> list[str]:
             size += len(p.encode("utf-8"))
             if size >= TARGET_BYTES:
                 break
+    return out
+
+
+@pytest.fixture(scope="module")
+def docs() -> list[str]:
+    out = load_docs()
+    if out is None:
+        pytest.skip(f"shared data not found at {DATA} (set ALILAMA_DATA)")
     return out
 
 
@@ -97,16 +109,49 @@ def _alilama_train(docs: list[str], vocab_size: int):
     return BPETokenizer.train(docs, vocab_size, special_tokens=[EOT], threads=os.cpu_count())
 
 
+TRAINERS = {"alilama": _alilama_train, "hf-tokenizers": _hf_train}
+
+
+def fresh_peak_mib(impl: str, vocab_size: int) -> float:
+    """Resident memory that one training call adds at its peak, measured in a new process.
+
+    Measuring in the benchmark's own process would flatter whichever tool makes many
+    small allocations: after a first call, glibc keeps the freed small blocks resident
+    and the next call reuses them without raising the resident set. A new process
+    loads the corpus, makes CPython's cached UTF-8 of every str (both tools read str
+    through it, and neither should be charged for it), trains once on a few kilobytes
+    (imports, thread pools), then trains on the corpus and reports that call.
+    """
+    out = subprocess.run(
+        [sys.executable, __file__, "--peak", impl, str(vocab_size)],
+        capture_output=True, text=True, check=True, env={**os.environ, "PYTHONHASHSEED": "0"},
+    )
+    return float(out.stdout.split()[-1])
+
+
+def _peak_main(impl: str, vocab_size: int) -> None:
+    import ctypes
+
+    docs = load_docs()
+    as_utf8 = ctypes.pythonapi.PyUnicode_AsUTF8AndSize
+    as_utf8.restype, as_utf8.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_void_p]
+    for d in docs:
+        as_utf8(d, None)
+    fn = TRAINERS[impl]
+    fn(docs[:20], 300)
+    print(peak_memory_mib(lambda: fn(docs, vocab_size)))
+
+
 @pytest.mark.parametrize("vocab_size", TRAIN_VOCABS)
 @pytest.mark.parametrize("impl", ["alilama", "hf-tokenizers"])
 def test_train(benchmark, docs, nbytes, impl, vocab_size):
     pytest.importorskip("tokenizers")
-    fn = _alilama_train if impl == "alilama" else _hf_train
+    fn = TRAINERS[impl]
     benchmark.group = f"train vocab {vocab_size}"
-    rounds = 1 if (FULL and impl != "alilama") else 3
+    rounds = 1 if (FULL and impl != "alilama") else 5
     tok = benchmark.pedantic(fn, args=(docs, vocab_size), rounds=rounds, iterations=1)
     benchmark.extra_info["bytes"] = nbytes
-    benchmark.extra_info["peak_mib"] = round(peak_memory_mib(lambda: fn(docs, vocab_size)), 1)
+    benchmark.extra_info["peak_mib"] = round(fresh_peak_mib(impl, vocab_size), 1)
     size = tok.vocab_size if impl == "alilama" else tok.get_vocab_size()
     assert size == vocab_size
 
@@ -137,8 +182,18 @@ def test_encode(benchmark, docs, nbytes, trained, impl, threads, tmp_path):
         def fn():
             return [e.ids for e in hf.encode_batch(docs, add_special_tokens=False)]
 
-    rounds = 1 if (FULL and impl != "alilama") else 3
-    ids = benchmark.pedantic(fn, rounds=rounds, iterations=1)
+    # As timeit does: the cyclic GC is off while timing, and the previous round's
+    # lists are collected before each round, for every tool alike (otherwise a
+    # collection triggered by one call walks the lists the previous call made).
+    def quiet_gc():
+        gc.collect()
+        gc.disable()
+
+    rounds = 1 if (FULL and impl != "alilama") else 7
+    try:
+        ids = benchmark.pedantic(fn, setup=quiet_gc, rounds=rounds, iterations=1)
+    finally:
+        gc.enable()
     benchmark.extra_info["bytes"] = nbytes
     benchmark.extra_info["tokens"] = sum(len(x) for x in ids)
     sample = slice(0, 2000)
@@ -163,8 +218,29 @@ def table(json_path: str) -> str:
             peak = e["extra_info"].get("peak_mib", "")
             ratio = f"{med / ours['stats']['median']:.1f}× slower" if ours and e is not ours else ""
             rows.append(f"| {group} | {e['params']['impl']} | {med:.3f} | {mbs:.1f} | {peak} | {ratio} |")
-    return "\n".join(rows)
+    # The issue's ratios: training time and peak memory against HF, encoding per thread
+    # against tiktoken, and Alilama's gain from a second thread.
+    med = {(g, e["params"]["impl"]): e for g, es in by_group.items() for e in es}
+    notes = []
+    for group in sorted(g for g in by_group if g.startswith("train")):
+        ours, hf = med.get((group, "alilama")), med.get((group, "hf-tokenizers"))
+        if ours and hf:
+            speed = hf["stats"]["median"] / ours["stats"]["median"]
+            mem = ours["extra_info"]["peak_mib"] / hf["extra_info"]["peak_mib"]
+            notes.append(f"* {group}: {speed:.1f}× faster than HF tokenizers, {mem:.2f}× its peak memory")
+    one = [g for g in by_group if g.startswith("encode") and g.endswith("1 thread")]
+    two = [g for g in by_group if g.startswith("encode") and g.endswith("2 threads")]
+    if one and (one[0], "alilama") in med and (one[0], "tiktoken") in med:
+        ratio = med[(one[0], "tiktoken")]["stats"]["median"] / med[(one[0], "alilama")]["stats"]["median"]
+        notes.append(f"* encoding on 1 thread: {ratio:.1f}× tiktoken's throughput")
+    if one and two and (one[0], "alilama") in med and (two[0], "alilama") in med:
+        gain = med[(one[0], "alilama")]["stats"]["median"] / med[(two[0], "alilama")]["stats"]["median"]
+        notes.append(f"* encoding: 2 threads give {gain:.2f}× the throughput of 1")
+    return "\n".join(rows + [""] + notes)
 
 
 if __name__ == "__main__":
-    print(table(sys.argv[1]))
+    if sys.argv[1] == "--peak":  # one measurement for fresh_peak_mib
+        _peak_main(sys.argv[2], int(sys.argv[3]))
+    else:
+        print(table(sys.argv[1]))

@@ -78,39 +78,237 @@ struct GcPause {
   }
 };
 
-// Python ints for ids below this bound are made once and shared (creating a fresh
-// int per token would cost more than encoding it). Touched only with the GIL held.
-std::vector<PyObject*>& int_cache() {
-  static std::vector<PyObject*> cache;  // never freed: lives as long as the interpreter
-  return cache;
+// Python ints for ids [0, size): made once, shared by every call, never freed. A call
+// takes a snapshot (shared_ptr) so that threads reading it without the GIL are not
+// disturbed when another call grows the table; growing copies the pointers (the ints
+// themselves are owned by the tables for the life of the interpreter).
+using IntTable = std::vector<PyObject*>;
+constexpr uint32_t kMaxTableId = (1u << 24) - 1;
+
+std::shared_ptr<const IntTable> int_table(uint32_t max_id) {  // GIL held
+  static std::shared_ptr<const IntTable> table = std::make_shared<IntTable>();
+  if (max_id > kMaxTableId)
+    throw TokenizerError("token id " + std::to_string(max_id) + " is too large (ids up to " +
+                         std::to_string(kMaxTableId) + " are supported)");
+  if (max_id < table->size()) return table;
+  auto grown = std::make_shared<IntTable>(*table);
+  size_t size = std::min<size_t>(size_t(kMaxTableId) + 1, std::max<size_t>(size_t(max_id) + 1, 2 * grown->size()));
+  grown->reserve(size);
+  for (size_t k = grown->size(); k < size; ++k) {
+    PyObject* v = PyLong_FromSize_t(k);
+    if (!v) throw py::error_already_set();
+    grown->push_back(v);
+  }
+  table = grown;
+  return table;
 }
-constexpr uint32_t kIntCacheMax = 1u << 20;
+
+uint32_t max_of(const std::vector<uint32_t>& ids) {
+  uint32_t m = 0;
+  for (uint32_t id : ids) m = std::max(m, id);
+  return m;
+}
 
 py::list to_pylist(const std::vector<uint32_t>& ids) {
-  auto& cache = int_cache();
+  auto table = int_table(max_of(ids));
+  PyObject* const* ints = table->data();
   py::list out(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
-    uint32_t id = ids[i];
-    PyObject* v;
-    if (id < kIntCacheMax) {
-      if (id >= cache.size()) {
-        size_t old = cache.size();
-        cache.resize(std::min<size_t>(kIntCacheMax, std::max<size_t>(size_t(id) + 1, old * 2)), nullptr);
-        for (size_t k = old; k < cache.size(); ++k) {
-          cache[k] = PyLong_FromUnsignedLong(k);
-          if (!cache[k]) throw py::error_already_set();
-        }
-      }
-      v = cache[id];
-      Py_INCREF(v);
-    } else {
-      v = PyLong_FromUnsignedLong(id);
-      if (!v) throw py::error_already_set();
-    }
+    PyObject* v = ints[ids[i]];
+    Py_INCREF(v);
     PyList_SET_ITEM(out.ptr(), Py_ssize_t(i), v);
   }
   return out;
 }
+
+// A special token that the caller did not allow occurs in the text (its message is the token).
+class DisallowedSpecial : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// encode_batch: worker threads encode blocks of texts; the calling thread (with the GIL)
+// makes the empty result lists; any thread (without the GIL) fills them with the shared
+// ints, counting how often each int is used; the calling thread then adds the counts to
+// the ints' reference counts. Only list allocation is serial. The lists are kept
+// untracked by the cyclic GC until they are complete and their references counted.
+class BatchEncoder {
+ public:
+  BatchEncoder(const Encoder& e, std::vector<std::string_view> views, std::vector<std::string> allowed,
+               std::vector<std::string> disallowed, int threads)
+      : enc_(e), views_(std::move(views)), m_(std::move(allowed)), disallowed_(std::move(disallowed)),
+        threads_(threads) {
+    for (size_t i = 0, bytes = 0, start = 0; i < views_.size(); ++i) {  // ~64 KiB or 256 texts a block
+      bytes += views_[i].size();
+      if (i + 1 == views_.size() || bytes >= (size_t(1) << 16) || i + 1 - start >= 256) {
+        starts_.push_back(start);
+        start = i + 1;
+        bytes = 0;
+      }
+    }
+    starts_.push_back(views_.size());
+    blocks_ = std::make_unique<Block[]>(nblocks());
+  }
+
+  py::list run() {  // GIL held on entry and exit
+    table_ = int_table(enc_.max_id());
+    size_t t = std::max<size_t>(1, std::min<size_t>(size_t(threads_), nblocks()));
+    counts_.assign(t, std::vector<uint64_t>(table_->size(), 0));
+    out_ = py::list(views_.size());
+    PyObject_GC_UnTrack(out_.ptr());
+    {
+      py::gil_scoped_release nogil;
+      struct Joiner {  // joins the workers however this scope is left
+        std::vector<std::thread> threads;
+        ~Joiner() {
+          for (auto& th : threads)
+            if (th.joinable()) th.join();
+        }
+      } joiner;
+      for (size_t w = 1; w < t; ++w) joiner.threads.emplace_back([this, w] { work(w); });
+      lead();
+      for (auto& th : joiner.threads) th.join();
+    }
+    // Every int written into a list gets its reference, and the lists join the GC.
+    PyObject* const* ints = table_->data();
+    for (const auto& c : counts_)
+      for (size_t id = 0; id < c.size(); ++id)
+        if (c[id]) Py_SET_REFCNT(ints[id], Py_REFCNT(ints[id]) + Py_ssize_t(c[id]));
+    for (size_t i = 0; i < views_.size(); ++i) {
+      PyObject* item = PyList_GET_ITEM(out_.ptr(), Py_ssize_t(i));
+      if (item) PyObject_GC_Track(item);
+    }
+    PyObject_GC_Track(out_.ptr());
+    if (py_error_) throw py::error_already_set();
+    if (error_) std::rethrow_exception(error_);
+    if (!found_.empty()) throw DisallowedSpecial(found_);
+    return std::move(out_);
+  }
+
+ private:
+  enum : int { kQueued, kEncoded, kListed, kFilled };
+  struct Block {
+    std::vector<uint32_t> ids;
+    std::vector<size_t> ends;
+    std::vector<PyObject**> items;  // ob_item of each text's list
+    std::atomic<int> state{kQueued};
+  };
+  size_t nblocks() const { return starts_.size() - 1; }
+
+  bool try_encode() {
+    size_t b = next_encode_.load();
+    while (b < nblocks())
+      if (next_encode_.compare_exchange_weak(b, b + 1)) {
+        guard([&] {
+          for (size_t i = starts_[b]; i < starts_[b + 1] && !disallowed_.empty(); ++i) {
+            auto [p, k] = disallowed_.find(views_[i], 0);
+            if (p != std::string_view::npos) throw DisallowedSpecial(disallowed_.tokens()[k]);
+          }
+          enc_.encode_range(views_, m_, starts_[b], starts_[b + 1], blocks_[b].ids, blocks_[b].ends);
+        });
+        blocks_[b].state.store(kEncoded, std::memory_order_release);
+        return true;
+      }
+    return false;
+  }
+
+  bool try_fill(size_t worker) {
+    size_t b = next_fill_.load();
+    while (b < nblocks() && blocks_[b].state.load(std::memory_order_acquire) == kListed)
+      if (next_fill_.compare_exchange_weak(b, b + 1)) {
+        Block& bl = blocks_[b];
+        PyObject* const* ints = table_->data();
+        uint64_t* count = counts_[worker].data();
+        const uint32_t* ids = bl.ids.data();
+        for (size_t k = 0, from = 0; k < bl.ends.size(); from = bl.ends[k], ++k) {
+          PyObject** item = bl.items[k];
+          for (size_t i = from; i < bl.ends[k]; ++i) {
+            item[i - from] = ints[ids[i]];
+            ++count[ids[i]];
+          }
+        }
+        std::vector<uint32_t>().swap(bl.ids);
+        std::vector<size_t>().swap(bl.ends);
+        std::vector<PyObject**>().swap(bl.items);
+        bl.state.store(kFilled, std::memory_order_release);
+        filled_.fetch_add(1);
+        return true;
+      }
+    return false;
+  }
+
+  // Make the lists of every encoded block at the front of the queue (takes the GIL).
+  bool try_list() {
+    if (listed_ >= nblocks() || blocks_[listed_].state.load(std::memory_order_acquire) != kEncoded) return false;
+    py::gil_scoped_acquire gil;
+    while (listed_ < nblocks() && blocks_[listed_].state.load(std::memory_order_acquire) == kEncoded) {
+      Block& bl = blocks_[listed_];
+      bl.items.resize(bl.ends.size());
+      for (size_t k = 0, from = 0; k < bl.ends.size(); from = bl.ends[k], ++k) {
+        PyObject* lst = PyList_New(Py_ssize_t(bl.ends[k] - from));
+        if (!lst) {
+          py_error_ = true;
+          stop_.store(true);
+          return true;
+        }
+        PyObject_GC_UnTrack(lst);
+        PyList_SET_ITEM(out_.ptr(), Py_ssize_t(starts_[listed_] + k), lst);
+        bl.items[k] = reinterpret_cast<PyListObject*>(lst)->ob_item;
+      }
+      bl.state.store(kListed, std::memory_order_release);
+      ++listed_;
+    }
+    return true;
+  }
+
+  void lead() {  // the calling thread
+    while (!stop_.load() && filled_.load() < nblocks()) {
+      if (try_list() || try_fill(0) || try_encode()) continue;
+      std::this_thread::yield();
+    }
+    stop_.store(true);
+  }
+
+  void work(size_t worker) {
+    while (!stop_.load() && filled_.load() < nblocks()) {
+      if (try_fill(worker) || try_encode()) continue;
+      std::this_thread::yield();
+    }
+  }
+
+  template <class F>
+  void guard(F&& fn) {
+    try {
+      fn();
+    } catch (const DisallowedSpecial& e) {
+      std::lock_guard<std::mutex> lock(error_mu_);
+      if (found_.empty()) found_ = e.what();
+      stop_.store(true);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mu_);
+      if (!error_) error_ = std::current_exception();
+      stop_.store(true);
+    }
+  }
+
+  const Encoder& enc_;
+  std::vector<std::string_view> views_;
+  SpecialMatcher m_;
+  SpecialMatcher disallowed_;  // special tokens whose presence is an error
+  std::string found_;          // the disallowed token found, if any
+  int threads_;
+  std::vector<size_t> starts_;
+  std::unique_ptr<Block[]> blocks_;
+  std::shared_ptr<const IntTable> table_;
+  std::vector<std::vector<uint64_t>> counts_;  // per thread: uses of each int
+  py::list out_;
+  std::atomic<size_t> next_encode_{0}, next_fill_{0}, filled_{0};
+  size_t listed_ = 0;  // touched by the calling thread only
+  std::atomic<bool> stop_{false};
+  bool py_error_ = false;
+  std::mutex error_mu_;
+  std::exception_ptr error_;
+};
 
 std::vector<uint32_t> ids_from(const py::handle& ids) {
   std::vector<uint32_t> v;
@@ -139,6 +337,7 @@ PYBIND11_MODULE(_native, m) {
   m.doc() = "Native byte-level BPE (trainer, encoder, GPT-4 pre-tokenizer).";
   m.attr("unicode_version") = kUnicodeVersion;
   py::register_exception<TokenizerError>(m, "NativeTokenizerError", PyExc_ValueError);
+  py::register_exception<DisallowedSpecial>(m, "DisallowedSpecialError", PyExc_ValueError);
 
   m.def(
       "split",
@@ -167,26 +366,6 @@ PYBIND11_MODULE(_native, m) {
         return off == v.size() ? py::ssize_t(-1) : py::ssize_t(off);
       },
       py::arg("data"), "Offset of the first ill-formed UTF-8 byte, or -1.");
-
-  m.def(
-      "find_special",
-      [](py::sequence texts, std::vector<std::string> tokens) -> py::object {
-        auto views = utf8_views(texts);
-        size_t which = 0, index = views.size();
-        {
-          py::gil_scoped_release nogil;
-          for (size_t i = 0; i < views.size() && index == views.size(); ++i)
-            for (size_t k = 0; k < tokens.size(); ++k)
-              if (views[i].find(tokens[k]) != std::string_view::npos) {
-                index = i;
-                which = k;
-                break;
-              }
-        }
-        if (index == views.size()) return py::none();
-        return py::make_tuple(index, tokens[which]);
-      },
-      py::arg("texts"), py::arg("tokens"), "(index, token) of the first text holding one of tokens, or None.");
 
   py::class_<Trainer>(m, "Trainer")
       .def(py::init([](std::vector<std::string> specials, std::optional<int> threads) {
@@ -263,69 +442,17 @@ PYBIND11_MODULE(_native, m) {
           py::arg("text"), py::arg("allowed_special") = std::vector<std::string>{}, py::arg("threads") = 1)
       .def(
           "encode_batch",
-          [](const Encoder& e, py::sequence texts, std::vector<std::string> allowed, std::optional<int> threads) {
-            // Pipelined: worker threads encode blocks of texts while this thread (with the
-            // GIL) turns finished blocks into Python lists, and encodes blocks itself when
-            // none is ready. Python's cyclic GC is paused meanwhile (lists of ints hold no
-            // cycles, and thousands of new lists would trigger it again and again).
-            auto views = utf8_views(texts);
-            const size_t n = views.size(), block = 64, nblocks = (n + block - 1) / block;
-            int t = std::max(1, resolve_threads(threads));
-            SpecialMatcher m(allowed);
-            std::vector<std::vector<uint32_t>> ids(n);
-            std::unique_ptr<std::atomic<bool>[]> done(new std::atomic<bool>[nblocks]);
-            for (size_t b = 0; b < nblocks; ++b) done[b].store(false);
-            std::atomic<size_t> next{0};
-            std::exception_ptr error;
-            std::mutex error_mu;
-            auto run_block = [&](size_t b) {
-              try {
-                e.encode_range(views, m, b * block, std::min(n, (b + 1) * block), ids);
-              } catch (...) {
-                std::lock_guard<std::mutex> lock(error_mu);
-                if (!error) error = std::current_exception();
-              }
-              done[b].store(true, std::memory_order_release);
-            };
-            py::list out(n);
-            GcPause pause;
-            {
-              py::gil_scoped_release nogil;
-              struct Joiner {  // joins the workers however this scope is left
-                std::vector<std::thread> threads;
-                ~Joiner() {
-                  for (auto& th : threads)
-                    if (th.joinable()) th.join();
-                }
-              } joiner;
-              auto& pool = joiner.threads;
-              for (int w = 1; w < t && size_t(w) < nblocks; ++w)
-                pool.emplace_back([&] {
-                  for (size_t b; (b = next.fetch_add(1)) < nblocks;) run_block(b);
-                });
-              size_t converted = 0;
-              while (converted < nblocks) {
-                if (done[converted].load(std::memory_order_acquire)) {
-                  py::gil_scoped_acquire gil;
-                  while (converted < nblocks && done[converted].load(std::memory_order_acquire)) {
-                    for (size_t i = converted * block, end = std::min(n, i + block); i < end; ++i) {
-                      PyList_SET_ITEM(out.ptr(), Py_ssize_t(i), to_pylist(ids[i]).release().ptr());
-                      std::vector<uint32_t>().swap(ids[i]);
-                    }
-                    ++converted;
-                  }
-                } else {
-                  size_t b = next.fetch_add(1);
-                  if (b < nblocks) run_block(b);
-                  else std::this_thread::yield();
-                }
-              }
-              for (auto& th : pool) th.join();
-            }
-            if (error) std::rethrow_exception(error);
-            return out;
+          [](const Encoder& e, py::sequence texts, std::vector<std::string> allowed, std::optional<int> threads,
+             std::vector<std::string> disallowed) {
+            GcPause pause;  // thousands of new lists would trigger collections again and again
+            return BatchEncoder(e, utf8_views(texts), std::move(allowed), std::move(disallowed),
+                                std::max(1, resolve_threads(threads)))
+                .run();
           },
-          py::arg("texts"), py::arg("allowed_special") = std::vector<std::string>{}, py::arg("threads") = py::none())
+          py::arg("texts"), py::arg("allowed_special") = std::vector<std::string>{}, py::arg("threads") = py::none(),
+          py::arg("disallowed_special") = std::vector<std::string>{},
+          "Ids of each text. A text holding one of disallowed_special raises DisallowedSpecialError "
+          "(its message is the token); the check runs in the encoding threads.")
       .def(
           "encode_to_array",
           [](const Encoder& e, py::str text, std::vector<std::string> allowed, std::optional<int> threads) {

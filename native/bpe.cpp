@@ -122,7 +122,8 @@ void Trainer::add(const std::vector<std::string_view>& texts) {
   std::atomic<uint64_t> nchunks{0};
   auto fold = [&](StringMap<ChunkStat>& local) {
     std::lock_guard<std::mutex> lock(mu);
-    for (const auto& e : local.entries()) {
+    for (size_t k = 0; k < local.size(); ++k) {
+      const auto& e = local.entries()[k];
       std::string_view key = local.key(e);
       bool inserted;
       ChunkStat& st = counts_.find_or_insert_hashed(reinterpret_cast<const uint8_t*>(key.data()), key.size(),
@@ -134,7 +135,8 @@ void Trainer::add(const std::vector<std::string_view>& texts) {
     }
     local.reset();
   };
-  auto worker = [&]() {
+  std::exception_ptr error;
+  auto count_pieces = [&]() {
     StringMap<ChunkStat> map;  // on this thread's stack: no false sharing with other workers
     uint64_t count = 0;
     size_t unfolded = 0;  // bytes counted in `map` since it was last folded
@@ -161,23 +163,34 @@ void Trainer::add(const std::vector<std::string_view>& texts) {
     if (map.size()) fold(map);
     nchunks += count;
   };
+  auto worker = [&]() {
+    try {
+      count_pieces();
+    } catch (...) {  // e.g. out of memory: stop the others, rethrow on the calling thread
+      std::lock_guard<std::mutex> lock(mu);
+      if (!error) error = std::current_exception();
+      next.store(pieces.size());
+    }
+  };
   size_t t = std::min<size_t>(size_t(threads_), std::max<size_t>(pieces.size(), 1));
   std::vector<std::thread> pool;
   for (size_t w = 1; w < t; ++w) pool.emplace_back(worker);
   worker();
   for (auto& th : pool) th.join();
+  if (error) std::rethrow_exception(error);
   total_chunks_ += nchunks.load();
 }
 
 namespace {
 
-constexpr uint32_t kNone = 0xFFFFFFFFu;  // no neighbour / dead symbol
+constexpr uint32_t kNone = 0xFFFFFFFFu;  // no such node / pair
+constexpr uint32_t kDead = 0x80000000u;  // in id[]: this node does not start a symbol
 
 struct PairInfo {
-  int64_t count = 0;
-  uint32_t first = kNone;  // lower bound of the first occurrence's node index
-  uint32_t a = 0, b = 0;
-  std::vector<uint32_t> occ;  // node indices of left symbols (may hold stale entries)
+  int64_t count;
+  uint32_t a, b;
+  uint32_t first;       // lower bound of the node index of the first occurrence
+  uint32_t begin, len;  // occurrences: pool[begin, begin + len), ascending, some maybe stale
 };
 
 struct HeapEntry {
@@ -192,24 +205,42 @@ struct HeapEntry {
 
 }  // namespace
 
+// BPE on the unique chunks, laid end to end in order of first occurrence.
+//
+// Symbols: one uint32 per byte of unique text. A node that starts a symbol holds the
+// symbol's id; the symbol spans tok_len[id] nodes, so the next symbol starts right
+// after it. The symbol's last node holds kDead | (distance back to its start), so the
+// previous symbol is found from the node before. Other nodes hold kDead | anything.
+// This is a doubly linked list of symbols in 4 bytes a node instead of 12.
+//
+// Pairs: a record per pair seen, found through an open-addressing index. A pair's
+// count only grows in the step that creates its newer symbol (every new pair holds
+// it); afterwards it only shrinks. So each pair has exactly one entry in the max-heap,
+// pushed when it is made: an entry whose key has since dropped is fixed when it
+// reaches the top (a lazy update), and its occurrences were all written at once,
+// as one ascending run in a shared pool that is compacted as merges make runs stale.
 std::vector<Merge> Trainer::train(size_t num_merges, const ProgressFn& progress) {
   if (trained_) throw TokenizerError("this Trainer has already trained; make a new one");
   // Unique chunks in order of first occurrence (this fixes the tie-breaking order).
   auto& entries = counts_.entries();
   std::vector<uint32_t> order;
-  order.reserve(entries.size());
   uint64_t total_nodes = 0;
   for (uint32_t i = 0; i < entries.size(); ++i) {
     if (entries[i].len >= 2) {
       order.push_back(i);
       total_nodes += entries[i].len;
+      if (entries[i].len >= kDead)
+        throw TokenizerError("a chunk of " + std::to_string(entries[i].len) + " bytes is too long to train on");
     }
   }
   if (total_nodes >= kNone) throw TokenizerError("too much unique text for one training run (> 4 GiB)");
   std::sort(order.begin(), order.end(),
             [&](uint32_t x, uint32_t y) { return entries[x].value.first < entries[y].value.first; });
+  counts_.free_index();  // only the entries and their bytes are read from here on
 
-  std::vector<uint32_t> id(total_nodes), prev(total_nodes), next(total_nodes);
+  const uint32_t nodes = uint32_t(total_nodes);
+  std::vector<uint32_t> id(nodes);
+  std::vector<uint64_t> starts_bits(nodes / 64 + 1, 0);  // bit i: node i starts a chunk (bit `nodes` too)
   std::vector<uint64_t> weight(order.size());
   std::vector<uint32_t> start(order.size() + 1);  // first node of each chunk
   {
@@ -219,152 +250,180 @@ std::vector<Merge> Trainer::train(size_t num_merges, const ProgressFn& progress)
       std::string_view key = counts_.key(e);
       weight[c] = e.value.count;
       start[c] = pos;
-      for (uint32_t k = 0; k < e.len; ++k) {
-        id[pos + k] = uint8_t(key[k]);
-        prev[pos + k] = k == 0 ? kNone : pos + k - 1;
-        next[pos + k] = k + 1 == e.len ? kNone : pos + k + 1;
-      }
+      starts_bits[pos >> 6] |= uint64_t(1) << (pos & 63);
+      for (uint32_t k = 0; k < e.len; ++k) id[pos + k] = uint8_t(key[k]);
       pos += e.len;
     }
     start[order.size()] = pos;
+    starts_bits[pos >> 6] |= uint64_t(1) << (pos & 63);
   }
   std::vector<uint32_t>().swap(order);
+  unique_after_train_ = counts_.size();
+  counts_.clear();  // the chunk table is no longer needed: free it before the pairs grow
+  trained_ = true;
+
+  std::vector<uint32_t> tok_len(256, 1);
+  tok_len.reserve(256 + num_merges);
+  auto starts_chunk = [&](uint32_t i) { return (starts_bits[i >> 6] >> (i & 63)) & 1; };
+  auto next_of = [&](uint32_t i) -> uint32_t {  // i starts a symbol
+    uint32_t j = i + tok_len[id[i]];
+    return starts_chunk(j) ? kNone : j;
+  };
+  auto prev_of = [&](uint32_t i) -> uint32_t {  // i starts a symbol
+    if (starts_chunk(i)) return kNone;
+    uint32_t v = id[i - 1];
+    return (v & kDead) ? i - 1 - (v & ~kDead) : i - 1;
+  };
   // Weight of the chunk holding node i (binary search: no per-node chunk index to store).
   auto weight_of = [&](uint32_t i) -> uint64_t {
     size_t c = size_t(std::upper_bound(start.begin(), start.end(), i) - start.begin()) - 1;
     return weight[c];
   };
 
-  // The chunk table is no longer needed: free it before the pair structures grow.
-  unique_after_train_ = counts_.size();
-  counts_.clear();
-  trained_ = true;
-
-  U64Map index(1 << 16);
-  std::vector<PairInfo> pairs;
-  std::vector<uint32_t> touched;
-  std::vector<uint32_t> touch_stamp;
-  uint32_t stamp = 1;
-  auto touch = [&](uint32_t pi) {
-    if (touch_stamp[pi] != stamp) {
-      touch_stamp[pi] = stamp;
-      touched.push_back(pi);
-    }
+  BlockArray<PairInfo, 12> pairs;
+  std::vector<uint32_t> slots(size_t(1) << 12, kNone);  // pair index: open addressing
+  auto slot_of = [&](uint32_t a, uint32_t b) -> uint32_t& {
+    size_t mask = slots.size() - 1, i = size_t(mix64(pair_key(a, b))) & mask;
+    while (slots[i] != kNone && (pairs[slots[i]].a != a || pairs[slots[i]].b != b)) i = (i + 1) & mask;
+    return slots[i];
   };
+  auto find_pair = [&](uint32_t a, uint32_t b) { return slot_of(a, b); };
   auto pair_index = [&](uint32_t a, uint32_t b) -> uint32_t {
-    bool inserted;
-    uint32_t& v = index.get_or_insert(pair_key(a, b), uint32_t(pairs.size()), inserted);
-    if (inserted) {
-      pairs.emplace_back();
-      pairs.back().a = a;
-      pairs.back().b = b;
-      touch_stamp.push_back(0);
+    uint32_t& s = slot_of(a, b);
+    if (s != kNone) return s;
+    uint32_t pi = uint32_t(pairs.size());
+    pairs.push_back(PairInfo{0, a, b, kNone, 0, 0});
+    s = pi;
+    if (2 * pairs.size() > slots.size()) {
+      std::vector<uint32_t>(slots.size() * 2, kNone).swap(slots);
+      for (uint32_t q = 0; q < pairs.size(); ++q) slot_of(pairs[q].a, pairs[q].b) = q;
     }
-    return v;
+    return pi;
+  };
+  auto valid = [&](const PairInfo& p, uint32_t pos) {
+    if (id[pos] != p.a) return false;
+    uint32_t j = next_of(pos);
+    return j != kNone && id[j] == p.b;
+  };
+
+  // Every adjacent pair: counts, then the occurrences as one ascending run per pair.
+  BlockArray<uint32_t, 14> pool;
+  for (uint32_t c = 0; c + 1 < start.size(); ++c) {
+    for (uint32_t i = start[c]; i + 1 < start[c + 1]; ++i) {
+      PairInfo& p = pairs[pair_index(id[i], id[i + 1])];
+      p.count += int64_t(weight[c]);
+      if (p.len++ == 0) p.first = i;
+    }
+  }
+  {
+    uint32_t at = 0;
+    for (uint32_t pi = 0; pi < pairs.size(); ++pi) {
+      pairs[pi].begin = at;
+      at += pairs[pi].len;
+      pairs[pi].len = 0;
+    }
+    pool.resize(at);
+    for (uint32_t i = 0; i + 1 < nodes; ++i) {
+      if (starts_chunk(i + 1)) continue;
+      PairInfo& p = pairs[find_pair(id[i], id[i + 1])];
+      pool[p.begin + p.len++] = i;
+    }
+  }
+  // Drop the stale occurrences and the runs of dead pairs (runs stay in pair order).
+  auto compact = [&]() {
+    uint32_t w = 0;
+    for (uint32_t pi = 0; pi < pairs.size(); ++pi) {
+      PairInfo& p = pairs[pi];
+      uint32_t begin = w;
+      if (p.count > 0)
+        for (uint32_t r = p.begin; r < p.begin + p.len; ++r)
+          if (valid(p, pool[r])) pool[w++] = pool[r];
+      p.begin = begin;
+      p.len = w - begin;
+    }
+    pool.resize(w);
+  };
+  size_t compact_at = pool.size() + pool.size() / 4 + 65536;
+
+  std::priority_queue<HeapEntry> heap;
+  for (uint32_t pi = 0; pi < pairs.size(); ++pi) heap.push({pairs[pi].count, pairs[pi].first, pi});
+
+  std::vector<std::pair<uint32_t, uint32_t>> fresh;  // (pair, node) made by this step
+  auto dec = [&](uint32_t a, uint32_t b, uint64_t w) {
+    uint32_t pi = find_pair(a, b);
+    if (pi != kNone) pairs[pi].count -= int64_t(w);
   };
   auto inc = [&](uint32_t a, uint32_t b, uint32_t pos, uint64_t w) {
     uint32_t pi = pair_index(a, b);
     PairInfo& p = pairs[pi];
-    if (p.count == 0) {
-      p.occ.clear();
-      p.first = kNone;
-    }
     p.count += int64_t(w);
-    p.occ.push_back(pos);
     if (pos < p.first) p.first = pos;
-    touch(pi);
+    fresh.emplace_back(pi, pos);
   };
-  auto dec = [&](uint32_t a, uint32_t b, uint64_t w) {
-    const uint32_t* v = index.find(pair_key(a, b));
-    if (!v) return;
-    pairs[*v].count -= int64_t(w);
-    touch(*v);
-  };
-  auto valid = [&](const PairInfo& p, uint32_t pos) {
-    if (id[pos] != p.a) return false;
-    uint32_t j = next[pos];
-    return j != kNone && id[j] == p.b;
-  };
-
-  for (uint32_t i = 0; i + 1 < total_nodes; ++i) {
-    if (next[i] != kNone) inc(id[i], id[i + 1], i, weight_of(i));
-  }
-  std::priority_queue<HeapEntry> heap;
-  for (uint32_t pi : touched) heap.push({pairs[pi].count, pairs[pi].first, pi});
-  touched.clear();
-  ++stamp;
 
   std::vector<Merge> merges;
   merges.reserve(num_merges);
   uint64_t report_every = std::max<uint64_t>(1, num_merges / 500);
   if (progress && !progress(0, num_merges)) throw std::runtime_error("cancelled");
-  std::vector<uint32_t> occ;
-  while (merges.size() < num_merges) {
-    if (heap.empty()) break;
+  while (merges.size() < num_merges && !heap.empty()) {
     HeapEntry top = heap.top();
     heap.pop();
     PairInfo& p = pairs[top.pair];
-    if (top.count != p.count || top.first != p.first || p.count <= 0) continue;  // stale
-    // `first` is a lower bound; make it exact before trusting the order.
-    uint32_t exact = kNone;
-    size_t keep = 0;
-    for (uint32_t pos : p.occ) {
-      if (valid(p, pos)) {
-        p.occ[keep++] = pos;
-        if (pos < exact) exact = pos;
-      }
+    if (p.count <= 0) continue;  // dead for good: a count never grows again
+    if (top.count != p.count || top.first != p.first) {  // its key dropped since: fix it
+      heap.push({p.count, p.first, top.pair});
+      continue;
     }
-    p.occ.resize(keep);
+    // `first` is a lower bound; make it exact (dropping stale occurrences) before trusting it.
+    uint32_t keep = p.begin;
+    for (uint32_t r = p.begin; r < p.begin + p.len; ++r)
+      if (valid(p, pool[r])) pool[keep++] = pool[r];
+    p.len = keep - p.begin;
+    uint32_t exact = p.len ? pool[p.begin] : kNone;
     if (exact != p.first) {
       p.first = exact;
       heap.push({p.count, p.first, top.pair});
       continue;
     }
     // Merge every occurrence, left to right.
-    uint32_t a = p.a, b = p.b, z = uint32_t(256 + merges.size());
+    const uint32_t a = p.a, b = p.b, z = uint32_t(256 + merges.size());
     merges.emplace_back(a, b);
-    occ.swap(p.occ);
-    p.occ.clear();
-    std::sort(occ.begin(), occ.end());
-    occ.erase(std::unique(occ.begin(), occ.end()), occ.end());
-    uint32_t self = top.pair;
-    for (uint32_t i : occ) {
-      if (id[i] != a) continue;
-      uint32_t j = next[i];
+    tok_len.push_back(tok_len[a] + tok_len[b]);
+    const uint32_t self = top.pair, begin = p.begin, end = p.begin + p.len;
+    for (uint32_t r = begin; r < end; ++r) {
+      uint32_t i = pool[r];
+      if (id[i] != a) continue;  // merged into the previous occurrence ("aaa")
+      uint32_t j = next_of(i);
       if (j == kNone || id[j] != b) continue;
       uint64_t w = weight_of(i);
-      uint32_t pv = prev[i], nx = next[j];
+      uint32_t pv = prev_of(i), nx = next_of(j);
       if (pv != kNone) dec(id[pv], a, w);
       if (nx != kNone) dec(b, id[nx], w);
+      uint32_t tail = j + tok_len[b] - 1;
       id[i] = z;
-      id[j] = kNone;
-      next[i] = nx;
-      if (nx != kNone) prev[nx] = i;
+      id[j] = kDead | (j - i);
+      id[tail] = kDead | (tail - i);
       if (pv != kNone) inc(id[pv], z, pv, w);
       if (nx != kNone) inc(z, id[nx], i, w);
     }
-    occ.clear();
     pairs[self].count = 0;
-    pairs[self].first = kNone;
-    pairs[self].occ.clear();
-    pairs[self].occ.shrink_to_fit();
-    for (uint32_t pi : touched) {
-      if (pi != self && pairs[pi].count > 0) heap.push({pairs[pi].count, pairs[pi].first, pi});
+    pairs[self].len = 0;
+    // The new pairs: their runs of occurrences, and their one heap entry each.
+    std::sort(fresh.begin(), fresh.end());
+    if (pool.size() + fresh.size() > compact_at) {
+      compact();
+      compact_at = pool.size() + pool.size() / 4 + 65536;
     }
-    touched.clear();
-    ++stamp;
-    if (heap.size() > 2 * pairs.size() + 65536) {
-      // Too many stale entries: rebuild with one entry per live pair (bounds memory).
-      std::vector<HeapEntry> live;
-      live.reserve(pairs.size());
-      for (uint32_t pi = 0; pi < pairs.size(); ++pi)
-        if (pairs[pi].count > 0) live.push_back({pairs[pi].count, pairs[pi].first, pi});
-      heap = std::priority_queue<HeapEntry>(std::less<HeapEntry>(), std::move(live));
+    for (size_t k = 0; k < fresh.size();) {
+      uint32_t pi = fresh[k].first;
+      PairInfo& q = pairs[pi];
+      q.begin = uint32_t(pool.size());
+      for (; k < fresh.size() && fresh[k].first == pi; ++k)
+        if (q.count > 0) pool.push_back(fresh[k].second);
+      q.len = uint32_t(pool.size()) - q.begin;
+      if (q.count > 0) heap.push({q.count, q.first, pi});
     }
-    if (stamp == 0) {
-      std::fill(touch_stamp.begin(), touch_stamp.end(), 0);
-      stamp = 1;
-    }
+    fresh.clear();
     if (progress && (merges.size() % report_every == 0 || merges.size() == num_merges)) {
       if (!progress(merges.size(), num_merges)) throw std::runtime_error("cancelled");
     }
@@ -694,12 +753,14 @@ std::vector<uint32_t> Encoder::encode(std::string_view text, const std::vector<s
 }
 
 void Encoder::encode_range(const std::vector<std::string_view>& texts, const SpecialMatcher& m, size_t begin,
-                           size_t end, std::vector<std::vector<uint32_t>>& out) const {
+                           size_t end, std::vector<uint32_t>& ids, std::vector<size_t>& ends) const {
   auto cache = take_cache();
+  size_t bytes = 0;
+  for (size_t i = begin; i < end; ++i) bytes += texts[i].size();
+  ids.reserve(ids.size() + bytes / 4 + 16);
+  ends.reserve(ends.size() + (end - begin));
   for (size_t i = begin; i < end; ++i) {
     std::string_view text = texts[i];
-    std::vector<uint32_t> ids;  // filled here, then moved: no false sharing on out[]
-    ids.reserve(text.size() / 4 + 4);
     if (m.empty()) {
       encode_ordinary_cached(reinterpret_cast<const uint8_t*>(text.data()), text.size(), ids, *cache);
     } else {
@@ -708,7 +769,7 @@ void Encoder::encode_range(const std::vector<std::string_view>& texts, const Spe
         else encode_ordinary_cached(sg.s, sg.n, ids, *cache);
       }
     }
-    out[i] = std::move(ids);
+    ends.push_back(ids.size());
   }
   give_cache(std::move(cache));
 }
@@ -721,7 +782,12 @@ std::vector<std::vector<uint32_t>> Encoder::encode_batch(const std::vector<std::
   constexpr size_t kBlock = 64;  // texts handed out per atomic step
   size_t nblocks = (texts.size() + kBlock - 1) / kBlock;
   parallel_for(nblocks, threads, [&](size_t b) {
-    encode_range(texts, m, b * kBlock, std::min(texts.size(), (b + 1) * kBlock), out);
+    size_t begin = b * kBlock, end = std::min(texts.size(), begin + kBlock);
+    std::vector<uint32_t> ids;
+    std::vector<size_t> ends;
+    encode_range(texts, m, begin, end, ids, ends);
+    for (size_t i = begin, from = 0; i < end; from = ends[i - begin], ++i)
+      out[i].assign(ids.begin() + from, ids.begin() + ends[i - begin]);
   });
   return out;
 }

@@ -101,9 +101,10 @@ class Encoder {
   std::vector<std::vector<uint32_t>> encode_batch(const std::vector<std::string_view>& texts,
                                                   const std::vector<std::string>& allowed,
                                                   int threads) const;
-  // Encode texts[begin, end) into out[begin, end) (one thread; for pipelined callers).
+  // Encode texts[begin, end) on this thread, appending their ids to `ids` one text after
+  // another and the end of each text's ids to `ends` (for pipelined callers).
   void encode_range(const std::vector<std::string_view>& texts, const SpecialMatcher& m, size_t begin,
-                    size_t end, std::vector<std::vector<uint32_t>>& out) const;
+                    size_t end, std::vector<uint32_t>& ids, std::vector<size_t>& ends) const;
   // Stream a UTF-8 file; every special token is recognised. errors: "strict" or "replace".
   std::vector<uint32_t> encode_file(const std::string& path, int threads, const std::string& errors,
                                     const ProgressFn& progress) const;

@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <stdexcept>
 #include <string_view>
 #include <vector>
 
@@ -36,14 +38,40 @@ inline uint64_t hash_bytes(const uint8_t* p, size_t n) {
   return mix64(h);
 }
 
+// An array grown in fixed blocks: growing never copies, so it never holds two copies
+// of itself (a std::vector briefly does, at twice the size, when it grows).
+template <class T, size_t kShift>
+class BlockArray {
+ public:
+  static constexpr size_t kSize = size_t(1) << kShift, kMask = kSize - 1;
+  T& operator[](size_t i) { return blocks_[i >> kShift][i & kMask]; }
+  const T& operator[](size_t i) const { return blocks_[i >> kShift][i & kMask]; }
+  size_t size() const { return size_; }
+  void push_back(const T& v) {
+    if (size_ == blocks_.size() * kSize) blocks_.emplace_back(new T[kSize]);
+    (*this)[size_++] = v;
+  }
+  // New elements are left uninitialised; blocks past the new size are freed.
+  void resize(size_t n) {
+    while (blocks_.size() * kSize < n) blocks_.emplace_back(new T[kSize]);
+    blocks_.resize((n + kMask) >> kShift);
+    size_ = n;
+  }
+  void clear() { size_ = 0; }  // keeps the blocks for reuse
+
+ private:
+  std::vector<std::unique_ptr<T[]>> blocks_;
+  size_t size_ = 0;
+};
+
 // Byte-string keys (stored in one arena) to a value V. Entries keep insertion order.
 template <class V>
 class StringMap {
  public:
   struct Entry {
-    uint64_t hash;
-    uint64_t off;
+    uint32_t hash;  // low 32 bits of hash_bytes(key): the slot and a quick mismatch test
     uint32_t len;
+    uint32_t off;   // of the key in the arena
     V value;
   };
 
@@ -51,11 +79,11 @@ class StringMap {
 
   // Value of `key`, inserted with `init` when missing; `inserted` tells which.
   V& find_or_insert(const uint8_t* key, size_t len, const V& init, bool& inserted) {
-    uint64_t h = hash_bytes(key, len);
+    uint32_t h = uint32_t(hash_bytes(key, len));
     return find_or_insert_hashed(key, len, h, init, inserted);
   }
 
-  V& find_or_insert_hashed(const uint8_t* key, size_t len, uint64_t h, const V& init, bool& inserted) {
+  V& find_or_insert_hashed(const uint8_t* key, size_t len, uint32_t h, const V& init, bool& inserted) {
     size_t mask = slots_.size() - 1;
     size_t i = size_t(h) & mask;
     while (true) {
@@ -69,15 +97,17 @@ class StringMap {
       i = (i + 1) & mask;
     }
     inserted = true;
+    if (arena_.size() + len > UINT32_MAX || len > UINT32_MAX)
+      throw std::length_error("more than 4 GiB of distinct keys");
     slots_[i] = uint32_t(entries_.size());
-    entries_.push_back(Entry{h, uint64_t(arena_.size()), uint32_t(len), init});
+    entries_.push_back(Entry{h, uint32_t(len), uint32_t(arena_.size()), init});
     arena_.insert(arena_.end(), key, key + len);
     if (entries_.size() * 2 > slots_.size()) rehash(slots_.size() * 2);
-    return entries_.back().value;
+    return entries_[entries_.size() - 1].value;
   }
 
   V* find(const uint8_t* key, size_t len) {
-    uint64_t h = hash_bytes(key, len);
+    uint32_t h = uint32_t(hash_bytes(key, len));
     size_t mask = slots_.size() - 1;
     size_t i = size_t(h) & mask;
     while (true) {
@@ -92,8 +122,8 @@ class StringMap {
 
   size_t size() const { return entries_.size(); }
   size_t arena_bytes() const { return arena_.size(); }
-  const std::vector<Entry>& entries() const { return entries_; }
-  std::vector<Entry>& entries() { return entries_; }
+  const BlockArray<Entry, 12>& entries() const { return entries_; }
+  BlockArray<Entry, 12>& entries() { return entries_; }
   std::string_view key(const Entry& e) const {
     return std::string_view(reinterpret_cast<const char*>(arena_.data() + e.off), e.len);
   }
@@ -103,10 +133,12 @@ class StringMap {
     arena_.clear();
     std::fill(slots_.begin(), slots_.end(), kEmpty);
   }
+  // Free the hash index (entries and keys stay readable; lookups are no longer possible
+  // until clear()).
+  void free_index() { std::vector<uint32_t>().swap(slots_); }
   void clear() {
-    entries_.clear();
+    entries_.resize(0);
     arena_.clear();
-    entries_.shrink_to_fit();
     arena_.shrink_to_fit();
     slots_.assign(1024, kEmpty);
   }
@@ -123,7 +155,7 @@ class StringMap {
     }
   }
   std::vector<uint32_t> slots_;
-  std::vector<Entry> entries_;
+  BlockArray<Entry, 12> entries_;
   std::vector<uint8_t> arena_;
 };
 

@@ -296,12 +296,12 @@ class BPETokenizer(Tokenizer):
 
     # ------------------------------------------------------------------ encoding
 
-    def _allowed(self, text_or_texts: str | Sequence[str], allowed_special: AllowedSpecial) -> list[str]:
-        """Special tokens to recognise; raise if a disallowed one occurs in the text."""
+    def _special_sets(self, allowed_special: AllowedSpecial) -> tuple[list[str], list[str]]:
+        """(special tokens to recognise, special tokens whose presence in the text is an error)."""
         if allowed_special == "all":
-            return list(self._special)
+            return list(self._special), []
         if allowed_special == "none":
-            return []
+            return [], []
         if allowed_special == "none_raise":
             allowed: set[str] = set()
         elif not isinstance(allowed_special, str) and hasattr(allowed_special, "__iter__"):
@@ -313,24 +313,27 @@ class BPETokenizer(Tokenizer):
             raise TokenizerError(
                 f"allowed_special must be 'all', 'none', 'none_raise' or a set, not {allowed_special!r}"
             )
-        disallowed = [t for t in self._special if t not in allowed]
+        return [t for t in self._special if t in allowed], [t for t in self._special if t not in allowed]
+
+    @staticmethod
+    def _disallowed_error(token: str) -> TokenizerError:
+        return TokenizerError(
+            f"the text contains the special token {token!r}; pass allowed_special='all' (or a set holding it) "
+            f"to encode it as a special token, or allowed_special='none' to encode it as plain text"
+        )
+
+    def _allowed(self, text_or_texts: str | Sequence[str], allowed_special: AllowedSpecial) -> list[str]:
+        """Special tokens to recognise; raise if a disallowed one occurs in the text."""
+        allowed, disallowed = self._special_sets(allowed_special)
         texts = [text_or_texts] if isinstance(text_or_texts, str) else text_or_texts
         if disallowed:
             found = self._find_special(texts, disallowed)
             if found is not None:
-                t = found[1]
-                raise TokenizerError(
-                    f"the text contains the special token {t!r}; pass allowed_special='all' (or a set holding it) "
-                    f"to encode it as a special token, or allowed_special='none' to encode it as plain text"
-                )
-        return [t for t in self._special if t in allowed]
+                raise self._disallowed_error(found[1])
+        return allowed
 
-    def _find_special(self, texts: Sequence[str], tokens: list[str]) -> tuple[int, str] | None:
-        if self._impl == "native" and len(texts) > 8:
-            try:
-                return _backend.native.find_special(texts, tokens)
-            except (UnicodeEncodeError, TypeError):
-                pass  # reported by the encoder itself
+    @staticmethod
+    def _find_special(texts: Sequence[str], tokens: list[str]) -> tuple[int, str] | None:
         for i, text in enumerate(texts):
             for t in tokens:
                 if isinstance(text, str) and t in text:
@@ -372,14 +375,17 @@ class BPETokenizer(Tokenizer):
         allowed_special: AllowedSpecial = "none_raise",
     ) -> list[list[int]]:
         texts = texts if isinstance(texts, list) else list(texts)
-        if self._impl == "python":
+        try:
+            if self._impl == "native":  # checks for disallowed special tokens while encoding
+                allowed, disallowed = self._special_sets(allowed_special)
+                try:
+                    return self._enc.encode_batch(texts, allowed, _default_threads(threads), disallowed)
+                except _backend.native.DisallowedSpecialError as e:
+                    raise self._disallowed_error(str(e)) from None
             for t in texts:
                 if not isinstance(t, str):
                     raise TypeError(f"encode_batch() takes a list of str, not of {type(t).__name__}")
-        allowed = self._allowed(texts, allowed_special)
-        try:
-            if self._impl == "native":
-                return self._enc.encode_batch(texts, allowed, _default_threads(threads))
+            allowed = self._allowed(texts, allowed_special)
             return [self._encode_python(t, allowed) for t in texts]
         except UnicodeEncodeError as e:
             raise TokenizerError(f"a text is not valid Unicode (lone surrogate at character {e.start})") from None

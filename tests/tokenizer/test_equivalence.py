@@ -31,6 +31,31 @@ def test_threads_do_not_change_results(bpe, stories):
     assert one.encode_batch(docs, threads=2) == [one.encode(d) for d in docs]
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_encode_batch_lists_are_ordinary_python_objects(bpe, stories, threads):
+    # The native batch path fills the lists without the GIL and counts the references
+    # afterwards: every int must hold exactly one reference per use, and the lists must
+    # be tracked by the cyclic GC like any other list once the call returns.
+    import gc
+    import sys
+    from collections import Counter
+
+    docs = stories[:120_000].split("<|endoftext|>") + ["", "x"]
+    tok = bpe.train(docs, 400)
+    ids = tok.encode_batch(docs, threads=threads)
+    assert ids == [tok.encode(d) for d in docs]
+    assert gc.is_tracked(ids) and all(gc.is_tracked(x) for x in ids)
+    counts = Counter(v for x in ids for v in x if v >= 256)
+    probe = counts.most_common(1)[0][0]
+    one = next(v for x in ids for v in x if v == probe)  # an int object in the result
+    uses = sum(v is one for x in ids for v in x)  # all of them when the ints are shared
+    before = sys.getrefcount(one)
+    del ids
+    assert sys.getrefcount(one) == before - uses
+    again = tok.encode_batch(docs, threads=threads)
+    assert sys.getrefcount(one) == before - uses + sum(v is one for x in again for v in x)
+
+
 def test_special_tokens_are_boundaries_in_training(bpe):
     # "xy" only ever appears across a separator: it must never be learned.
     text = "ab x<|endoftext|>y ab " * 20

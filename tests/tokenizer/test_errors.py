@@ -54,8 +54,16 @@ def test_disallowed_special_token_in_text(bpe):
     assert tok.decode(tok.encode(text, allowed_special="none")) == text
     with pytest.raises(TokenizerError, match="unknown special"):
         tok.encode(text, allowed_special={"<|nope|>"})
-    with pytest.raises(TokenizerError):
+    with pytest.raises(TokenizerError, match="contains the special token '<\\|endoftext\\|>'"):
         tok.encode_batch(["fine", text])
+    # Found by the encoding threads wherever it is in a large batch.
+    many = ["fine text"] * 5000
+    for where in (0, 2500, 4999):
+        batch = many[:where] + [text] + many[where + 1 :]
+        with pytest.raises(TokenizerError, match="contains the special token"):
+            tok.encode_batch(batch, threads=2)
+        assert tok.encode_batch(batch, threads=2, allowed_special="all")[where][2] == tok.eot_id
+        assert tok.eot_id not in tok.encode_batch(batch, threads=2, allowed_special="none")[where]
 
 
 def test_non_utf8_file(bpe, tmp_path):

@@ -7,8 +7,11 @@ minbpe's RegexTokenizer does; it shares no code with alilama_bpe.
 from __future__ import annotations
 
 import doctest
+import warnings
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from alilama_bpe import reference
 
@@ -67,3 +70,22 @@ def test_several_texts_act_like_their_concatenation_at_safe_cuts(bpe, minbpe):
     # Tie-breaking follows first occurrence across the whole stream of texts.
     texts = ["b a b a\n", "a b a b\n", "zz yy zz yy\n"]
     assert bpe.train(texts, 256 + 6).merges == minbpe.merges("".join(texts), 256 + 6)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    words=st.lists(
+        st.text(alphabet="ab c\n'1é", min_size=1, max_size=12), min_size=1, max_size=40
+    ),
+    vocab=st.integers(min_value=257, max_value=256 + 40),
+)
+def test_merges_equal_minbpe_on_generated_text(bpe, minbpe, words, vocab):
+    # Few distinct characters: long runs, overlapping pairs ("aaa"), ties everywhere,
+    # symbols merged on both sides, and texts that run out of pairs.
+    text = "".join(words)
+    expected = minbpe.merges(text, vocab)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tok = bpe.train([text], vocab)
+    assert tok.merges == expected
+    assert tok.encode(text, allowed_special="none") == minbpe.encode(text, expected)
