@@ -17,18 +17,31 @@ using namespace alilama;
 
 namespace {
 
-// UTF-8 views of Python str objects; the list keeps them alive while the GIL is released.
-std::vector<std::string_view> utf8_views(const py::sequence& texts) {
+// UTF-8 views of a sequence of str, and a tuple of the str objects that keeps them
+// alive while the GIL is released (another thread may change the caller's list then).
+struct Utf8Texts {
+  py::tuple held;
   std::vector<std::string_view> views;
-  views.reserve(py::len(texts));
-  for (py::handle h : texts) {
-    if (!PyUnicode_Check(h.ptr())) throw py::type_error("expected a list of str");
-    Py_ssize_t n = 0;
-    const char* p = PyUnicode_AsUTF8AndSize(h.ptr(), &n);
+};
+
+Utf8Texts utf8_texts(const py::sequence& texts) {
+  Utf8Texts out{py::reinterpret_steal<py::tuple>(PySequence_Tuple(texts.ptr())), {}};
+  if (!out.held) throw py::error_already_set();
+  Py_ssize_t n = PyTuple_GET_SIZE(out.held.ptr());
+  out.views.reserve(size_t(n));
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* h = PyTuple_GET_ITEM(out.held.ptr(), i);
+    if (!PyUnicode_Check(h)) throw py::type_error("expected a list of str");
+    if (PyUnicode_IS_COMPACT_ASCII(h)) {  // the characters are the UTF-8 bytes
+      out.views.emplace_back(static_cast<const char*>(PyUnicode_DATA(h)), size_t(PyUnicode_GET_LENGTH(h)));
+      continue;
+    }
+    Py_ssize_t len = 0;
+    const char* p = PyUnicode_AsUTF8AndSize(h, &len);
     if (!p) throw py::error_already_set();
-    views.emplace_back(p, size_t(n));
+    out.views.emplace_back(p, size_t(len));
   }
-  return views;
+  return out;
 }
 
 std::string_view utf8_view(const py::str& s) {
@@ -375,9 +388,9 @@ PYBIND11_MODULE(_native, m) {
       .def(
           "add",
           [](Trainer& t, py::sequence texts) {
-            auto views = utf8_views(texts);
+            Utf8Texts held = utf8_texts(texts);
             py::gil_scoped_release nogil;
-            t.add(views);
+            t.add(held.views);
           },
           py::arg("texts"), "Count the chunks of a list of str (GIL released).")
       .def(
@@ -445,7 +458,8 @@ PYBIND11_MODULE(_native, m) {
           [](const Encoder& e, py::sequence texts, std::vector<std::string> allowed, std::optional<int> threads,
              std::vector<std::string> disallowed) {
             GcPause pause;  // thousands of new lists would trigger collections again and again
-            return BatchEncoder(e, utf8_views(texts), std::move(allowed), std::move(disallowed),
+            Utf8Texts held = utf8_texts(texts);
+            return BatchEncoder(e, std::move(held.views), std::move(allowed), std::move(disallowed),
                                 std::max(1, resolve_threads(threads)))
                 .run();
           },

@@ -464,6 +464,22 @@ struct Encoder::Cache {
     arena.clear();
     toks.clear();
   }
+  void emit(const Slot& sl, std::vector<uint32_t>& out) const {
+    if (sl.ntok == 1) {
+      out.push_back(sl.tok[0]);
+    } else if (sl.ntok == 2) {
+      out.push_back(sl.tok[0]);
+      out.push_back(sl.tok[1]);
+    } else {
+      const uint32_t* t = toks.data() + sl.tok[0];
+      out.insert(out.end(), t, t + sl.ntok);
+    }
+  }
+  // Slot of a key in the front table: (len, key8) decide it, so that short keys are
+  // looked up there without a full hash.
+  static size_t hot_index(size_t len, uint64_t key8) {
+    return size_t(((key8 ^ (uint64_t(len) << 58)) * 0x9E3779B97F4A7C15ULL) >> 50) & (kHot - 1);
+  }
   static uint64_t hash_of(const uint8_t* p, size_t len, uint64_t key8) {
     uint64_t h = len <= 8 ? mix64(key8 ^ (uint64_t(len) * 0x9E3779B97F4A7C15ULL)) : hash_bytes(p, len);
     return h | 1;
@@ -623,22 +639,21 @@ void Encoder::encode_ordinary_cached(const uint8_t* s, size_t n, std::vector<uin
         key8 = 0;
         for (size_t k = 0; k < len && k < 8; ++k) key8 |= uint64_t(p[k]) << (8 * k);
       }
+      // Front table first. A key of up to 8 bytes is its (len, key8): no hash to compute.
+      Cache::Slot* hot = &cache.hot[Cache::hot_index(len, key8)];
+      if (len <= 8 && hot->len == len && hot->key8 == key8) {
+        cache.emit(*hot, out);
+        pos = end;
+        continue;
+      }
       uint64_t h = Cache::hash_of(p, len, key8);
-      Cache::Slot* sl = &cache.hot[(h >> 20) & (Cache::kHot - 1)];
+      Cache::Slot* sl = hot;
       if (!cache.same(*sl, p, len, h, key8)) {
         sl = &cache.find(p, len, h, key8);
-        if (sl->hash) cache.hot[(h >> 20) & (Cache::kHot - 1)] = *sl;
+        if (sl->hash) *hot = *sl;
       }
       if (sl->hash) {
-        if (sl->ntok == 1) {
-          out.push_back(sl->tok[0]);
-        } else if (sl->ntok == 2) {
-          out.push_back(sl->tok[0]);
-          out.push_back(sl->tok[1]);
-        } else {
-          const uint32_t* t = cache.toks.data() + sl->tok[0];
-          out.insert(out.end(), t, t + sl->ntok);
-        }
+        cache.emit(*sl, out);
       } else {
         size_t before = out.size();
         encode_chunk(p, len, out);

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "unicode_tables.h"
 
@@ -96,8 +97,7 @@ class Pretokenizer {
     {
       size_t p = pos + (s[pos] == ' ');
       if (p < n && s[p] < 0x80 && (kAsciiFlags[s[p]] & kLetter)) {
-        size_t e = p + 1;
-        while (e < n && s[e] < 0x80 && (kAsciiFlags[s[e]] & kLetter)) ++e;
+        size_t e = ascii_letters(s, n, p + 1);
         if (e == n || s[e] < 0x80) return e;
         return letters(s, n, e);
       }
@@ -191,8 +191,27 @@ class Pretokenizer {
   }
   static uint8_t lower(uint32_t c) { return (c >= 'A' && c <= 'Z') ? uint8_t(c + 32) : (c < 0x80 ? uint8_t(c) : 0); }
   static bool is_other(uint32_t c) { return !(flags(c) & (kSpace | kLetter | kNumber)); }
-  static size_t letters(const uint8_t* s, size_t n, size_t e) {
+  // End of the run of ASCII letters [A-Za-z] at e, eight bytes at a time.
+  static size_t ascii_letters(const uint8_t* s, size_t n, size_t e) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ && (defined(__GNUC__) || defined(__clang__))
+    constexpr uint64_t k01 = 0x0101010101010101ULL, k80 = 0x8080808080808080ULL;
+    while (e + 8 <= n) {
+      uint64_t w;
+      std::memcpy(&w, s + e, 8);
+      uint64_t y = (w & ~k80) | (0x20 * k01);           // low 7 bits, lower-cased: no carries below
+      uint64_t ge_a = (y + (0x80 - 'a') * k01) & k80;   // byte >= 'a'
+      uint64_t gt_z = (y + (0x80 - 'z' - 1) * k01) & k80;  // byte > 'z'
+      uint64_t letter = ge_a & ~gt_z & ~w & k80;         // ... and ASCII
+      uint64_t other = ~letter & k80;
+      if (other) return e + size_t(__builtin_ctzll(other) >> 3);
+      e += 8;
+    }
+#endif
     while (e < n && s[e] < 0x80 && (kAsciiFlags[s[e]] & kLetter)) ++e;
+    return e;
+  }
+  static size_t letters(const uint8_t* s, size_t n, size_t e) {
+    e = ascii_letters(s, n, e);
     while (e < n) {
       uint32_t c;
       size_t l = dec(s, n, e, c);

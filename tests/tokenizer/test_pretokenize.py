@@ -94,3 +94,17 @@ def test_native_split_of_bytes_never_fails_on_invalid_utf8(impl):
         parts = _native.split(data)
         assert b"".join(parts) == data
         assert all(parts)
+
+
+def test_ascii_letter_runs_at_every_length_and_boundary(split):
+    # The native scanner reads letters eight bytes at a time: runs of every length
+    # up to 20, ending at every kind of neighbour (the bytes around 'A'-'Z' and
+    # 'a'-'z', a digit, a non-ASCII letter or mark, the end of the text).
+    word = "abcXYZdefGHIjklMNOpqr"
+    ends = ["", " ", "@", "[", "`", "{", "_", "0", "'s", "é", "\u0301", "ß", "\n", "\x00", "\x7f", "日"]
+    for n in range(1, 21):
+        for prefix in ("", " ", "(", "é"):
+            for end in ends:
+                s = prefix + word[:n] + end + " x"
+                assert split(s) == expected(s), s
+                assert split(prefix + word[:n] + end) == expected(prefix + word[:n] + end)
