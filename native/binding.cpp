@@ -19,13 +19,18 @@ namespace {
 
 // UTF-8 views of a sequence of str, and a tuple of the str objects that keeps them
 // alive while the GIL is released (another thread may change the caller's list then).
+// ASCII str are read in place. Others are read through CPython's cached UTF-8, made on
+// first use and kept with the str; with `transient`, a str that has no cached UTF-8 yet
+// is encoded into a bytes object held here instead, so that training on a corpus does
+// not leave a UTF-8 copy attached to each of the caller's str.
 struct Utf8Texts {
   py::tuple held;
+  std::vector<py::object> copies;
   std::vector<std::string_view> views;
 };
 
-Utf8Texts utf8_texts(const py::sequence& texts) {
-  Utf8Texts out{py::reinterpret_steal<py::tuple>(PySequence_Tuple(texts.ptr())), {}};
+Utf8Texts utf8_texts(const py::sequence& texts, bool transient = false) {
+  Utf8Texts out{py::reinterpret_steal<py::tuple>(PySequence_Tuple(texts.ptr())), {}, {}};
   if (!out.held) throw py::error_already_set();
   Py_ssize_t n = PyTuple_GET_SIZE(out.held.ptr());
   out.views.reserve(size_t(n));
@@ -34,6 +39,13 @@ Utf8Texts utf8_texts(const py::sequence& texts) {
     if (!PyUnicode_Check(h)) throw py::type_error("expected a list of str");
     if (PyUnicode_IS_COMPACT_ASCII(h)) {  // the characters are the UTF-8 bytes
       out.views.emplace_back(static_cast<const char*>(PyUnicode_DATA(h)), size_t(PyUnicode_GET_LENGTH(h)));
+      continue;
+    }
+    if (transient && !(PyUnicode_IS_COMPACT(h) && reinterpret_cast<PyCompactUnicodeObject*>(h)->utf8)) {
+      PyObject* b = PyUnicode_AsUTF8String(h);  // UnicodeEncodeError for a lone surrogate
+      if (!b) throw py::error_already_set();
+      out.copies.push_back(py::reinterpret_steal<py::object>(b));
+      out.views.emplace_back(PyBytes_AS_STRING(b), size_t(PyBytes_GET_SIZE(b)));
       continue;
     }
     Py_ssize_t len = 0;
@@ -388,7 +400,7 @@ PYBIND11_MODULE(_native, m) {
       .def(
           "add",
           [](Trainer& t, py::sequence texts) {
-            Utf8Texts held = utf8_texts(texts);
+            Utf8Texts held = utf8_texts(texts, /*transient=*/true);
             py::gil_scoped_release nogil;
             t.add(held.views);
           },

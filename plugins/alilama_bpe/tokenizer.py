@@ -33,9 +33,9 @@ from alilama_bpe.reference import GPT4_SPLIT_PATTERN
 if TYPE_CHECKING:
     import numpy as np
 
-# Texts are handed to the native counter in batches of at most this many bytes or texts
+# Texts are handed to the native counter in batches of at most this many characters or texts
 # (the counter holds a view of each text of a batch while it runs).
-_BATCH_BYTES = 32 << 20
+_BATCH_BYTES = 8 << 20  # the UTF-8 copies of a batch's non-ASCII texts are transient
 _BATCH_TEXTS = 8192
 
 

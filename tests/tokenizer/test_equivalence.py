@@ -124,3 +124,16 @@ def test_files_larger_than_a_block_stream_correctly(bpe, stories, tmp_path):
     eot = from_file.eot_id
     joined = [i for k, ids in enumerate(expected) for i in ([eot] if k else []) + ids]
     assert arr.tolist() == joined
+
+
+def test_training_leaves_no_utf8_copy_on_the_callers_str(bpe):
+    # CPython caches a str's UTF-8 on first use, for the life of the str; training
+    # reads non-ASCII text through a transient copy instead (memory follows the unique
+    # chunks, not the corpus). sys.getsizeof counts the cached UTF-8.
+    import sys
+
+    texts = [f"café n°{i} — naïve façade, 東京 {i}\n" * 50 for i in range(40)]
+    sizes = [sys.getsizeof(t) for t in texts]
+    tok = bpe.train(texts, 300)
+    assert [sys.getsizeof(t) for t in texts] == sizes
+    assert tok.decode(tok.encode(texts[0])) == texts[0]
