@@ -128,14 +128,9 @@ std::shared_ptr<const IntTable> int_table(uint32_t max_id) {  // GIL held
   return table;
 }
 
-uint32_t max_of(const std::vector<uint32_t>& ids) {
-  uint32_t m = 0;
-  for (uint32_t id : ids) m = std::max(m, id);
-  return m;
-}
-
-py::list to_pylist(const std::vector<uint32_t>& ids) {
-  auto table = int_table(max_of(ids));
+// A list of the encoder's ids (every id is at most e.max_id()).
+py::list to_pylist(const Encoder& e, const std::vector<uint32_t>& ids) {
+  auto table = int_table(e.max_id());
   PyObject* const* ints = table->data();
   py::list out(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -462,7 +457,7 @@ PYBIND11_MODULE(_native, m) {
               py::gil_scoped_release nogil;
               ids = e.encode(v, allowed, threads ? std::max(*threads, 1) : 1);
             }
-            return to_pylist(ids);
+            return to_pylist(e, ids);
           },
           py::arg("text"), py::arg("allowed_special") = std::vector<std::string>{}, py::arg("threads") = 1)
       .def(

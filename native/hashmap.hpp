@@ -97,7 +97,7 @@ class StringMap {
       i = (i + 1) & mask;
     }
     inserted = true;
-    if (arena_.size() + len > UINT32_MAX || len > UINT32_MAX)
+    if (arena_.size() + len > UINT32_MAX)
       throw std::length_error("more than 4 GiB of distinct keys");
     slots_[i] = uint32_t(entries_.size());
     entries_.push_back(Entry{h, uint32_t(len), uint32_t(arena_.size()), init});
