@@ -1,5 +1,5 @@
 """``python -m alilama_core``: the ``alilama`` CLI (used under ``torchrun``)."""
 
-from alilama_core.cli import main
+from alilama_core.app.cli import main
 
 main()

@@ -1,4 +1,4 @@
-"""Atomic file writes: a temporary file in the same folder, fsync, then ``os.replace``.
+"""Safe writes: atomic files (a temporary file in the same folder, fsync, then ``os.replace``) and exclusive folder locks.
 
 A failed or interrupted write leaves the old file (if any) untouched and no
 temporary file behind::
@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
+
+from alilama_core.errors import AlilamaError
 
 
 def _umask() -> int:
@@ -47,3 +49,46 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO]:
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     with atomic_open(path, "w") as f:
         f.write(text)
+
+
+class FolderBusyError(AlilamaError):
+    """Another process is writing the same output folder."""
+
+
+@contextmanager
+def exclusive_lock(folder: str | os.PathLike[str], what: str = "folder") -> Iterator[Path]:
+    """Hold an exclusive, non-blocking lock on ``folder`` for the duration of the block.
+
+    The lock lives beside the folder (``.NAME.lock``), so the folder itself can be
+    replaced atomically while it is held. A second writer fails at once with the
+    holder's PID instead of waiting or mixing files::
+
+        with exclusive_lock("runs/essay", what="run"):
+            ...  # write the run
+
+    The lock is released when the block ends or the process dies (the operating
+    system drops it); the small lock files stay behind and are harmless.
+    """
+    from filelock import FileLock, Timeout
+
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    lock_path = folder.parent / f".{folder.name}.lock"
+    owner = folder.parent / f".{folder.name}.lock.pid"
+    lock = FileLock(str(lock_path), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        try:
+            holder = owner.read_text(encoding="utf-8").strip() or "unknown"
+        except OSError:
+            holder = "unknown"
+        raise FolderBusyError(
+            f"{what} {str(folder)!r} is being written by another process (PID {holder}); "
+            f"wait for it to finish or stop it, then try again"
+        ) from None
+    try:
+        owner.write_text(f"{os.getpid()}\n", encoding="utf-8")
+        yield folder
+    finally:
+        lock.release()

@@ -19,7 +19,8 @@ import torch.nn.functional as F
 
 from alilama_bench import FULL
 from alilama_core import config as cfgmod
-from alilama_core.data import TokenData, prepare, random_windows
+from alilama_core.app.prepare import prepare
+from alilama_core.data import TokenData, random_windows
 from alilama_core.model import build_model
 from alilama_core.registry import get_tokenizer
 from alilama_trainers.trainer import DefaultTrainer
@@ -29,8 +30,8 @@ STEPS = 30 if FULL else 2
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
-    from alilama_core.data import iter_documents
-    from alilama_core.stories import write_corpus
+    from alilama_core.app.prepare import iter_documents
+    from alilama_core.app.stories import write_corpus
 
     root = tmp_path_factory.mktemp("bench-train")
     write_corpus(root / "stories.txt", 3000 if FULL else 300, seed=0)

@@ -44,7 +44,7 @@ def available_backends() -> list[str]:
 def run_cli(*args: str, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(
-        [sys.executable, "-c", "from alilama_core.cli import main; main()", *args],
+        [sys.executable, "-c", "from alilama_core.app.cli import main; main()", *args],
         capture_output=True, text=True, env=full_env, timeout=timeout,
     )
 

@@ -1,4 +1,4 @@
-"""Tests for the procedural story corpus (alilama_core.stories)."""
+"""Tests for the procedural story corpus (alilama_core.app.stories)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from alilama_core import stories as S
+from alilama_core.app import stories as S
 
 SEP = "<|endoftext|>"
 REPO = Path(__file__).resolve().parents[1]
@@ -93,7 +93,7 @@ def test_write_corpus_byte_identical(tmp_path):
 
 
 def test_independent_of_hash_randomisation(tmp_path):
-    code = ("import hashlib, sys; from alilama_core.stories import generate_stories; "
+    code = ("import hashlib, sys; from alilama_core.app.stories import generate_stories; "
             "print(hashlib.sha256('\\n'.join(generate_stories(300, seed=11)).encode()).hexdigest())")
     digests = set()
     for hash_seed in ("0", "1", "12345"):

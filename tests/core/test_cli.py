@@ -7,7 +7,7 @@ import time
 
 from typer.testing import CliRunner
 
-from alilama_core.cli import get_app
+from alilama_core.app.cli import get_app
 
 runner = CliRunner()
 
@@ -54,7 +54,7 @@ def test_cli_errors_are_one_clear_line():
 
 
 def test_help_does_not_import_torch():
-    code = "import sys; from alilama_core.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\nprint('torch' in sys.modules)"
+    code = "import sys; from alilama_core.app.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\nprint('torch' in sys.modules)"
     start = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip().splitlines()[-1] == "False", out.stderr

@@ -94,7 +94,7 @@ def test_generate_cli_reads_stdin(run_dir):
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-c", "from alilama_core.cli import main; main()", "generate",
+    out = subprocess.run([sys.executable, "-c", "from alilama_core.app.cli import main; main()", "generate",
                           str(run_dir), "--prompt", "-", "-n", "5"], input="Once", capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0 and out.stdout.startswith("Once")

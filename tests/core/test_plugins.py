@@ -39,7 +39,7 @@ def run_cli(*args: str, env_extra: dict[str, str] | None = None, pythonpath: str
     if pythonpath:
         env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
     return subprocess.run(
-        [sys.executable, "-c", "from alilama_core.cli import main; main()", *args],
+        [sys.executable, "-c", "from alilama_core.app.cli import main; main()", *args],
         capture_output=True, text=True, env=env, timeout=120,
     )
 

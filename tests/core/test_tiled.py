@@ -71,7 +71,7 @@ def test_tiled_falls_back_to_sdpa_where_it_does_not_apply():
 
 def test_auto_choice_and_model_info():
     from alilama_attention.auto import choose
-    from alilama_core.info import model_report
+    from alilama_core.app.info import model_report
 
     assert choose("cpu", get_positional("alibi")) == "tiled"
     assert choose("cpu", get_positional("alibi"), padded=True) == "sdpa"

@@ -153,7 +153,7 @@ def test_hub_round_trip_in_a_process_without_alilama(tmp_path, runs, exports):
 def test_export_cli(tmp_path, runs):
     from typer.testing import CliRunner
 
-    from alilama_core.cli import get_app
+    from alilama_core.app.cli import get_app
 
     app = get_app()
     runner = CliRunner()
@@ -178,7 +178,7 @@ def _push(run: Path, tmp_path: Path, **env_overrides) -> tuple[subprocess.Comple
     env.update(HF_HOME=str(empty_home), COLUMNS="200", **env_overrides)
     started = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-c", "from alilama_core.cli import main; main()", "push", str(run), "--repo", "someone/tiny"],
+        [sys.executable, "-c", "from alilama_core.app.cli import main; main()", "push", str(run), "--repo", "someone/tiny"],
         env=env, capture_output=True, text=True, timeout=120,
     )
     return proc, time.perf_counter() - started

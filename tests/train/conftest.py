@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from alilama_core.data import prepare
+from alilama_core.app.prepare import prepare
 from alilama_core.registry import get_tokenizer
 
 
 @pytest.fixture(scope="session")
 def corpus(tmp_path_factory) -> Path:
-    from alilama_core.stories import write_corpus
+    from alilama_core.app.stories import write_corpus
 
     path = tmp_path_factory.mktemp("corpus") / "stories.txt"
     write_corpus(path, 400, seed=1)
@@ -21,7 +21,7 @@ def corpus(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tokenizer_dir(corpus, tmp_path_factory) -> Path:
-    from alilama_core.data import iter_documents
+    from alilama_core.app.prepare import iter_documents
 
     out = tmp_path_factory.mktemp("tok")
     tok = get_tokenizer("bpe").train(iter_documents([str(corpus)]), 320, special_tokens=["<|endoftext|>"])

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from alilama_core.checkpoint import load_tokenizer
-from alilama_core.data import DataError, TokenData, prepare, read_text_documents
+from alilama_core.app.prepare import prepare, read_text_documents
+from alilama_core.data import DataError, TokenData
 
 
 def _decode_docs(data_dir, split):
@@ -123,7 +124,7 @@ def test_download_uses_the_hub_cache_offline(tmp_path, monkeypatch):
         blob = blobs / f"{abs(hash(name)):040x}"[:40]
         blob.write_text(text)
         (snapshot / name).symlink_to(f"../../blobs/{blob.name}")
-    code = "from alilama_core.cli_train import download; print('\\n'.join(download('tinystories')))"
+    code = "from alilama_core.app.commands import download; print('\\n'.join(download('tinystories')))"
     env = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -116,7 +116,7 @@ def test_sigint_writes_a_checkpoint_and_resume_continues(data_dir, tmp_path):
     run = tmp_path / "run"
     args = ["train", "--preset", "tiny", "--data", str(data_dir), "--out", str(run), "--no-progress",
             "train.max_steps=100000", "train.checkpoint_every=100000", "train.eval_every=100000"]
-    proc = subprocess.Popen([sys.executable, "-c", "from alilama_core.cli import main; main()", *args],
+    proc = subprocess.Popen([sys.executable, "-c", "from alilama_core.app.cli import main; main()", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while time.time() < deadline and not ((run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text().count("\n") >= 2):

@@ -1,13 +1,12 @@
 """``alilama quickstart``: corpus -> tokenizer -> data -> a small ALiBi model -> samples, offline.
 
-The default corpus is the project's own procedural stories (``alilama_core.stories``),
+The default corpus is the project's own procedural stories (``alilama_core.app.stories``),
 so the quickstart needs no network. The number of steps is set from a short
 timing of this machine so that training fits the time budget.
 """
 
 from __future__ import annotations
 
-import shutil
 import time
 from pathlib import Path
 
@@ -52,10 +51,10 @@ def seconds_per_step(cfg: cfgmod.Config, steps: int = 3) -> float:
 
 
 def run_quickstart(out, data=None, steps=None, minutes=3.5, stories=20000, overwrite=True, echo=print) -> dict:
+    from alilama_core.app.plot import plot_runs
+    from alilama_core.app.prepare import iter_documents, prepare
     from alilama_core.checkpoint import load_run
-    from alilama_core.data import iter_documents, prepare
     from alilama_core.generate import SamplingSettings, stream_text
-    from alilama_core.plot import plot_runs
     from alilama_core.registry import get_tokenizer, get_trainer
 
     started = time.perf_counter()
@@ -64,7 +63,7 @@ def run_quickstart(out, data=None, steps=None, minutes=3.5, stories=20000, overw
     if run.exists() and not overwrite:
         raise AlilamaError(f"{str(run)!r} exists; pass --overwrite or choose another --out")
     if data is None:
-        from alilama_core.stories import write_corpus
+        from alilama_core.app.stories import write_corpus
 
         corpus = out / "corpus" / "stories.txt"
         size = write_corpus(corpus, stories, seed=0)

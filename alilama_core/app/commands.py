@@ -8,12 +8,18 @@ from typing import Annotated, Optional
 
 import typer
 
-from alilama_core.cli import ConfigOpt, JsonOpt, OverridesArg, PresetOpt, app, console, resolve_config
+from alilama_core.app.common import (
+    ConfigOpt,
+    JsonOpt,
+    OverridesArg,
+    PresetOpt,
+    console,
+    resolve_config,
+)
 from alilama_core.errors import AlilamaError
 from alilama_core.files import atomic_write_text
 
 data_app = typer.Typer(help="Prepare and download training data.", no_args_is_help=True)
-app.add_typer(data_app, name="data")
 
 TINYSTORIES = {
     "repo_id": "roneneldan/TinyStories",
@@ -35,9 +41,15 @@ def data_prepare(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output folder.")] = False,
 ) -> None:
     """Encode documents into memory-mapped train/val token files plus meta.json."""
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TransferSpeedColumn,
+    )
 
-    from alilama_core.data import prepare
+    from alilama_core.app.prepare import prepare
 
     total = sum(Path(p).stat().st_size for p in input if Path(p).is_file()) or None
     with Progress(TextColumn("encode"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), console=console) as bar:
@@ -90,7 +102,6 @@ def download(name: str, split: str = "all", revision: str | None = None) -> list
     return paths
 
 
-@app.command("train")
 def train_cmd(
     config: ConfigOpt = None,
     preset: PresetOpt = None,
@@ -140,7 +151,6 @@ def train_cmd(
     console.print(f"{summary}; run folder {run}", highlight=False)
 
 
-@app.command("eval")
 def eval_cmd(
     run: Annotated[str, typer.Argument(help="Run folder.")],
     data: Annotated[list[str], typer.Option("--data", help="Raw text file (repeatable).")],
@@ -178,19 +188,17 @@ def eval_cmd(
     console.print(table)
 
 
-@app.command("plot")
 def plot_cmd(
     runs: Annotated[list[str], typer.Argument(help="Run folder(s).")],
     out: Annotated[Optional[str], typer.Option("--out", "-o", help="PNG path (default RUN/loss.png).")] = None,
 ) -> None:
     """Write loss.png: train and val loss against tokens, one colour per run."""
-    from alilama_core.plot import plot_runs
+    from alilama_core.app.plot import plot_runs
 
     path = plot_runs(runs, out or str(Path(runs[0]) / "loss.png"))
     console.print(f"wrote {path}", highlight=False)
 
 
-@app.command("quickstart")
 def quickstart_cmd(
     out: Annotated[str, typer.Option("--out", "-o", help="Folder for corpus, tokenizer, data and run.")] = "runs/quickstart",
     data: Annotated[Optional[str], typer.Option("--data", help="Train on this text file instead of the built-in stories.")] = None,
@@ -200,6 +208,15 @@ def quickstart_cmd(
     overwrite: Annotated[bool, typer.Option("--overwrite/--no-overwrite")] = True,
 ) -> None:
     """Train a tokenizer and a small ALiBi model, offline, then generate text."""
-    from alilama_core.quickstart import run_quickstart
+    from alilama_core.app.quickstart import run_quickstart
 
     run_quickstart(out, data=data, steps=steps, minutes=minutes, stories=stories, overwrite=overwrite, echo=console.print)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the pipeline's commands to the root app."""
+    app.add_typer(data_app, name="data")
+    app.command("train")(train_cmd)
+    app.command("eval")(eval_cmd)
+    app.command("plot")(plot_cmd)
+    app.command("quickstart")(quickstart_cmd)

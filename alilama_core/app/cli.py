@@ -10,27 +10,20 @@ import json
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
-from typer.core import TyperGroup
 
+from alilama_core.app import commands
+from alilama_core.app.common import (
+    ConfigOpt,
+    JsonOpt,
+    OverridesArg,
+    PresetOpt,
+    _Group,
+    console,
+    err_console,
+    resolve_config,
+)
 from alilama_core.errors import AlilamaError
-
-console = Console()
-err_console = Console(stderr=True)
-
-
-class _Group(TyperGroup):
-    """Turns Alilama's own errors into one clear line and exit status 1 (no traceback)."""
-
-    def invoke(self, ctx):
-        try:
-            return super().invoke(ctx)
-        except AlilamaError as exc:
-            err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
-            raise typer.Exit(1) from None
-
 
 app = typer.Typer(
     cls=_Group,
@@ -41,29 +34,7 @@ app = typer.Typer(
 )
 model_app = typer.Typer(help="Inspect model configurations.", no_args_is_help=True)
 app.add_typer(model_app, name="model")
-
-# Shared option aliases.
-ConfigOpt = Annotated[
-    Optional[str], typer.Option("--config", "-c", help="YAML or JSON config file.")
-]
-PresetOpt = Annotated[
-    Optional[str], typer.Option("--preset", "-p", help="Named preset: essay, tiny.")
-]
-OverridesArg = Annotated[
-    Optional[list[str]],
-    typer.Argument(help="Overrides as section.field=value, e.g. model.n_layers=4 model.positional=rope."),
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
-
-
-def resolve_config(config: str | None, preset_name: str | None, overrides: list[str] | None):
-    """Config from a file or a preset (default ``essay``), then overrides; validated."""
-    from alilama_core import config as cfgmod
-
-    if config and preset_name:
-        raise AlilamaError("give either --config or --preset, not both")
-    cfg = cfgmod.load(config) if config else cfgmod.preset(preset_name or "essay")
-    return cfgmod.apply_overrides(cfg, overrides).validate()
+commands.register(app)  # data, train, eval, plot, quickstart
 
 
 @app.command("plugins")
@@ -129,7 +100,7 @@ def model_info(
     as_json: JsonOpt = False,
 ) -> None:
     """Build a model from a config and print its parameter table, plugins and bias memory."""
-    from alilama_core.info import model_report
+    from alilama_core.app.info import model_report
 
     cfg = resolve_config(config, preset, overrides)
     report = model_report(cfg.model)
@@ -229,4 +200,3 @@ def get_app() -> typer.Typer:
     return app
 
 
-from alilama_core import cli_train as _cli_train  # noqa: E402,F401  (registers data/train/eval/plot/quickstart)

@@ -9,7 +9,7 @@ sometimes a moral. Dialogue uses straight double quotes.
 Output depends only on the seed (``random.Random(seed)``; no sets are ever
 iterated), so the same seed gives a byte-identical corpus on every machine::
 
-    >>> from alilama_core.stories import generate_stories, corpus_stats
+    >>> from alilama_core.app.stories import generate_stories, corpus_stats
     >>> stories = generate_stories(3, seed=0)
     >>> stories == generate_stories(3, seed=0)
     True
@@ -22,7 +22,7 @@ a line holding only ``<|endoftext|>``, and a newline::
     >>> write_corpus("stories.txt", 20_000, seed=0)    # doctest: +SKIP
     12018041
 
-From a shell: ``python -m alilama_core.stories out.txt --stories 20000 --seed 0``.
+From a shell: ``python -m alilama_core.app.stories out.txt --stories 20000 --seed 0``.
 """
 
 from __future__ import annotations
@@ -1103,7 +1103,7 @@ def write_corpus(path: str | os.PathLike[str], n_stories: int, seed: int = 0, se
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m alilama_core.stories", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m alilama_core.app.stories", description=__doc__.splitlines()[0])
     ap.add_argument("out", nargs="?", help="corpus file to write (omit to print samples)")
     ap.add_argument("--stories", type=int, default=20_000)
     ap.add_argument("--seed", type=int, default=0)
