@@ -1,21 +1,33 @@
-# Every target creates .venv on first use: CPU torch first (a plain `torch`
-# requirement could pull a multi-GB CUDA build), then Alilama in editable mode.
+# Every target creates .venv on first use: torch first (a plain `torch` requirement
+# could pull a multi-GB CUDA build), then Alilama in editable mode, the example
+# plugin, and the test-only plugins. The torch build is chosen by two variables:
+#
+#   make install                                       torch==2.13.0 as pip resolves it here (the CPU build)
+#   make install TORCH_PIP_ARGS="--index-url URL"      a CUDA build from PyTorch's wheel index for your CUDA
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.alilama-installed
+TORCH_VERSION ?= 2.13.0
+TORCH_PIP_ARGS ?=
 EXAMPLE_PLUGIN := docs/plugins/alilama-sinusoidal
+TEST_PLUGINS   := $(wildcard tests/plugins/alilama-*)
+# Files kept in ruff's format (the rest of the tree is linted, and formatted as it is next edited).
+FORMATTED := alilama_core/testing.py alilama_core/options.py alilama_core/app/tokenizer.py \
+	tests/core/test_layering.py tests/core/test_conformance.py tests/plugins benchmarks/test_plugins.py
 PYTEST_ARGS ?=
 QUICKSTART_ARGS ?=
 
-.PHONY: install quickstart test bench docs docs-serve fuzz ci clean
+.PHONY: install quickstart test lint format bench docs docs-serve fuzz ci clean essay-config figures
 
-$(STAMP): pyproject.toml CMakeLists.txt $(wildcard native/*.cpp native/*.hpp native/*.py) $(EXAMPLE_PLUGIN)/pyproject.toml
+$(STAMP): pyproject.toml CMakeLists.txt $(wildcard native/*.cpp native/*.hpp native/*.py) $(EXAMPLE_PLUGIN)/pyproject.toml \
+		$(addsuffix /pyproject.toml,$(TEST_PLUGINS))
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q torch==$(TORCH_VERSION) $(TORCH_PIP_ARGS)
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	$(BIN)/python -m pip install -q -e $(EXAMPLE_PLUGIN)
+	for p in $(TEST_PLUGINS); do $(BIN)/python -m pip install -q --no-deps -e $$p || exit 1; done
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -25,6 +37,18 @@ quickstart: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q --benchmark-disable $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check $(FORMATTED)
+	$(BIN)/lint-imports
+
+format: $(STAMP)
+	$(BIN)/ruff format $(FORMATTED)
+
+# configs/essay.yaml is written from the `essay` preset (tests/core/test_config.py checks they agree).
+essay-config: $(STAMP)
+	$(BIN)/python -c "from alilama_core.config import write_preset; write_preset('essay', 'configs/essay.yaml')"
 
 bench: $(STAMP)
 	ALILAMA_BENCH_FULL=1 $(BIN)/python -m pytest benchmarks --benchmark-only \
@@ -36,10 +60,14 @@ docs: $(STAMP)
 docs-serve: $(STAMP)
 	$(BIN)/mkdocs serve
 
+# The pictures of docs/tape.md: trains two small runs once (build/figures), then draws.
+figures: $(STAMP)
+	$(BIN)/python scripts/make_figures.py
+
 fuzz: $(STAMP)
 	bash scripts/fuzz_native.sh
 
-ci: test docs fuzz
+ci: lint test docs fuzz
 
 clean:
 	rm -rf build site .pytest_cache .benchmarks

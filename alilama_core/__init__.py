@@ -1,11 +1,18 @@
-"""Alilama core: interfaces, plugin registry, configs, the model, and the CLI.
+"""Alilama: the library (interfaces, plugin registry, configs, the model, runs on disk).
 
-The public API::
+The public API (see docs/api.md)::
 
-    from alilama_core import ModelConfig, build_model, KVCache, hookimpl
+    from alilama_core import load_run, generate_text, evaluate_run
 
-Torch is imported only when a torch-backed name (``build_model``, ``GPT``,
-``KVCache``, the interfaces) is first used, so the CLI starts fast.
+    run = load_run("runs/essay")                     # config, model, tokenizer
+    print(generate_text(run, "Once upon a time", SamplingSettings(max_new_tokens=40)))
+    rows = evaluate_run("runs/essay", ["val.txt"], [128, 256])
+
+    model = build_model(preset("essay").model)       # a fresh model from a config
+
+The command line lives in ``alilama_core.app`` on top of this library, which
+imports nothing from it. Torch is imported only when a torch-backed name is
+first used, so the CLI starts fast.
 """
 
 from alilama_core.config import Config, ModelConfig, apply_overrides, preset
@@ -20,7 +27,17 @@ from alilama_core.errors import (
 from alilama_core.hookspecs import hookimpl
 from alilama_core.tokenizer import Tokenizer
 
-__version__ = "0.1.0"
+def _version() -> str:
+    """The installed distribution's version (defined once, in pyproject.toml)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("alilama")
+    except metadata.PackageNotFoundError:  # run from a source tree that is not installed
+        return "0+unknown"
+
+
+__version__ = _version()
 
 _LAZY = {
     "build_model": "alilama_core.model",
@@ -30,6 +47,18 @@ _LAZY = {
     "AttentionBackend": "alilama_core.interfaces",
     "Trainer": "alilama_core.interfaces",
     "registry": "alilama_core.registry",
+    "Run": "alilama_core.checkpoint",
+    "load_run": "alilama_core.checkpoint",
+    "load_tokenizer": "alilama_core.checkpoint",
+    "save_tokenizer": "alilama_core.tokenizer",
+    "SamplingSettings": "alilama_core.generate",
+    "generate": "alilama_core.generate",
+    "generate_text": "alilama_core.generate",
+    "stream_text": "alilama_core.generate",
+    "EvalRow": "alilama_core.evaluate",
+    "evaluate_run": "alilama_core.evaluate",
+    "evaluate_tokens": "alilama_core.evaluate",
+    "testing": "alilama_core.testing",
 }
 
 __all__ = [
@@ -38,19 +67,30 @@ __all__ = [
     "CheckpointError",
     "Config",
     "ConfigError",
+    "EvalRow",
     "GPT",
     "KVCache",
     "ModelConfig",
     "PluginUnavailableError",
     "PositionalScheme",
+    "Run",
+    "SamplingSettings",
     "Tokenizer",
     "TokenizerError",
     "Trainer",
     "UnknownPluginError",
     "apply_overrides",
     "build_model",
+    "evaluate_run",
+    "evaluate_tokens",
+    "generate",
+    "generate_text",
     "hookimpl",
+    "load_run",
+    "load_tokenizer",
     "preset",
+    "save_tokenizer",
+    "stream_text",
 ]
 
 
@@ -59,5 +99,5 @@ def __getattr__(name: str):
         import importlib
 
         module = importlib.import_module(_LAZY[name])
-        return module if name == "registry" else getattr(module, name)
+        return module if name in ("registry", "testing") else getattr(module, name)
     raise AttributeError(f"module 'alilama_core' has no attribute {name!r}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import types
 import typing
 from dataclasses import asdict, dataclass, field, fields
@@ -41,18 +42,29 @@ class ModelConfig:
     context_length: int = 128
     positional: str = "alibi"
     attention: str = "auto"
-    """``auto`` picks per call: ``tiled`` for ALiBi on CPU, ``flash``/``flex`` on CUDA, else ``sdpa``."""
+    """``auto`` chooses per shape class (decode, short, long) among the registered backends by their
+    declared capabilities and priority (``alilama model info`` shows its choices)."""
     dropout: float = 0.0
     bias: bool = True
     """Biases in the linear layers."""
+    norm_bias: bool = True
+    """Biases (shifts) in the LayerNorms; without them and ``bias`` an ALiBi model exports as MPT."""
     norm_eps: float = 1e-5
-    rope_theta: float = 10000.0
     init_std: float | None = None
     """``None``: Xavier-uniform for every matrix, as in the essay; a number: normal(0, std)."""
+    positional_options: dict[str, Any] = field(default_factory=dict)
+    """The positional scheme's own settings, e.g. ``{theta: 500000.0}`` for rope (see its ``defaults``)."""
+    attention_options: dict[str, Any] = field(default_factory=dict)
+    """The attention backend's own settings (see its ``defaults``)."""
 
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
+
+    @property
+    def rope_theta(self) -> float:
+        """RoPE's ``theta`` (``positional_options["theta"]``, default 10000); kept for readers of older code."""
+        return float(self.positional_options.get("theta", 10000.0))
 
     def validate(self, check_plugins: bool = True) -> "ModelConfig":
         """Check values and the positional × attention pair; raise ``ConfigError`` naming the fix."""
@@ -66,9 +78,45 @@ class ModelConfig:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout!r}")
+        check_memory(self, 4, "its float32 weights")
         if check_plugins:
             check_compatibility(self.positional, self.attention)
+            check_plugin_options(self)
         return self
+
+
+def estimate_parameters(m: ModelConfig) -> int:
+    """An upper estimate of ``m``'s parameter count (a learned position table included), without building it."""
+    d, f = m.d_model, m.d_mlp
+    block = 4 * d * d + 2 * d * f + 4 * d + f + 4 * d  # attention, MLP, their biases, two norms
+    return m.vocab_size * d + m.n_layers * block + m.context_length * d + 2 * d
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to a new allocation (``MemAvailable``), or ``None`` when unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_memory(m: ModelConfig, bytes_per_parameter: int, what: str) -> None:
+    """Refuse a model whose parameters alone would not fit in memory, before anything is allocated."""
+    need = estimate_parameters(m) * bytes_per_parameter
+    have = available_memory()
+    if have is not None and need > have:
+        raise ConfigError(
+            f"this model (d_model={m.d_model}, n_layers={m.n_layers}, d_mlp={m.d_mlp}, vocab_size={m.vocab_size}) "
+            f"has about {estimate_parameters(m):,} parameters; {what} need about {need / 2**30:,.1f} GiB but "
+            f"{have / 2**30:,.1f} GiB of memory is available. Choose a smaller model"
+        )
 
 
 @dataclass
@@ -106,6 +154,8 @@ class TrainConfig:
     checkpoint_every: int = 500
     keep_last: int = 2
     trainer: str = "default"
+    trainer_options: dict[str, Any] = field(default_factory=dict)
+    """The trainer's own settings (see its ``defaults``); unknown keys are an error."""
 
     def validate(self) -> "TrainConfig":
         for name in ("batch_size", "max_steps", "log_every", "eval_every", "checkpoint_every", "keep_last"):
@@ -128,21 +178,53 @@ class TrainConfig:
 
 
 @dataclass
+class TaskConfig:
+    """An algorithmic task to train on instead of prepared text (``name`` empty: none)."""
+
+    name: str = ""
+    """A registered task (``alilama tasks list``): copy, reverse, sort, addition, recall, parity, ..."""
+    lengths: str | int = "1-16"
+    """Example lengths to train on, drawn uniformly: ``lo-hi`` or one length."""
+    seed: int = 0
+    """Seed of the fixed validation and test sets (the training stream follows ``train.seed``)."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """The task's own options, e.g. ``{symbols: 20}``; unknown keys are an error."""
+    val_examples: int = 256
+
+    def validate(self) -> "TaskConfig":
+        if self.name:
+            from alilama_core.tasks import parse_lengths
+
+            parse_lengths(self.lengths)
+            if not isinstance(self.options, dict):
+                raise ConfigError(f"task.options must be a mapping, e.g. {{symbols: 20}}, got {self.options!r}")
+        return self
+
+
+@dataclass
 class Config:
     """The root config: the model and how to train it."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
 
     def validate(self, check_plugins: bool = True) -> "Config":
         self.model.validate(check_plugins)
         self.train.validate()
+        self.task.validate()
+        if check_plugins:  # the trainer checks its own settings before any work starts
+            from alilama_core.registry import get_trainer
+
+            get_trainer(self.train.trainer).check_options(self.train.trainer_options, self.train.trainer)
         return self
 
 
 PRESETS: dict[str, dict[str, Any]] = {
     # The essay's ~2M-parameter ALiBi GPT for TinyStories.
     "essay": {"model": {"attention": "sdpa"}},
+    # The essay model without linear or norm biases: it exports exactly as transformers' MPT.
+    "essay-nobias": {"model": {"attention": "sdpa", "bias": False, "norm_bias": False}},
     # Small enough for unit tests and CI.
     "tiny": {
         "model": dict(vocab_size=512, d_model=32, n_layers=2, n_heads=4, d_mlp=64, context_length=64),
@@ -156,6 +238,26 @@ def preset(name: str) -> Config:
     if name not in PRESETS:
         raise ConfigError(f"unknown preset {name!r}; available: {', '.join(sorted(PRESETS))}")
     return from_dict(Config, PRESETS[name])
+
+
+ESSAY_YAML_HEADER = """\
+# The essay's model: a ~2.1M-parameter ALiBi GPT for TinyStories.
+# Written from the `essay` preset by `make essay-config`; edit the preset, not this file.
+#   alilama tokenizer train --input ../shared/data/tinystories/train.txt --vocab-size 4096 \\
+#       --special '<|endoftext|>' --out runs/tok4096
+#   alilama data prepare --input ../shared/data/tinystories/train.txt --tokenizer runs/tok4096 --out runs/ts
+#   alilama train --config configs/essay.yaml --data runs/ts --out runs/essay
+"""
+
+
+def preset_yaml(name: str, header: str = "") -> str:
+    """The YAML text of preset ``name`` (every field), after ``header``."""
+    return header + yaml.safe_dump(to_dict(preset(name)), sort_keys=False)
+
+
+def write_preset(name: str, path: str | os.PathLike[str]) -> None:
+    """Write preset ``name`` as a full YAML config (``configs/essay.yaml`` is written this way)."""
+    atomic_write_text(Path(path), preset_yaml(name, ESSAY_YAML_HEADER if name == "essay" else ""))
 
 
 def check_compatibility(positional: str, attention: str) -> None:
@@ -184,14 +286,62 @@ def check_compatibility(positional: str, attention: str) -> None:
 # -- (de)serialisation ---------------------------------------------------------------
 
 
+class _Loader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses duplicate keys and reads ``1e-3`` as a number (YAML 1.2 style)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise ConfigError(f"duplicate key {key!r} (line {key_node.start_mark.line + 1}); give each key once")
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def _yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+
+
 def to_dict(cfg: Any) -> dict[str, Any]:
     return asdict(cfg)
+
+
+def check_plugin_options(m: ModelConfig) -> None:
+    """Let the positional scheme and the attention backend check their own settings."""
+    from alilama_core.interfaces import attention_backend
+    from alilama_core.registry import get_attention, get_positional
+
+    get_positional(m.positional).check_options(m.positional_options, m.positional)
+    attention_backend(get_attention(m.attention)).configured(m.attention_options)
+
+
+def _upgrade_model(data: dict[str, Any]) -> dict[str, Any]:
+    """Configs written before plugin settings had a home: ``rope_theta`` becomes rope's ``theta``."""
+    if "rope_theta" not in data:
+        return data
+    data = dict(data)
+    theta = data.pop("rope_theta")
+    if data.get("positional", "alibi") == "rope":
+        options = dict(data.get("positional_options") or {})
+        options.setdefault("theta", theta)
+        data["positional_options"] = options
+    return data
 
 
 def from_dict(cls: type[T], data: dict[str, Any], where: str = "") -> T:
     """Build dataclass ``cls`` from nested ``data``; unknown keys raise ``ConfigError``."""
     if not isinstance(data, dict):
         raise ConfigError(f"{where or 'config'} must be a mapping, got {type(data).__name__}")
+    if cls is ModelConfig:
+        data = _upgrade_model(data)
     hints = typing.get_type_hints(cls)
     known = {f.name: f for f in fields(cls)}
     unknown = set(data) - set(known)
@@ -242,6 +392,10 @@ def _coerce(tp: Any, value: Any, path: str) -> Any:
         if isinstance(value, str):
             return value
         raise ConfigError(f"{path} must be a string, got {value!r}")
+    if typing.get_origin(tp) is dict:
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+            raise ConfigError(f"{path} must be a mapping of names to values, got {value!r}")
+        return dict(value)
     if typing.get_origin(tp) is list:
         if not isinstance(value, list):
             raise ConfigError(f"{path} must be a list, got {value!r}")
@@ -255,11 +409,18 @@ def load(path: str | os.PathLike[str], cls: type[T] = Config) -> T:  # type: ign
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file {str(p)!r} does not exist")
-    text = p.read_text(encoding="utf-8")
     try:
-        data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {str(p)!r} is not a text file (not UTF-8 at byte {exc.start})") from None
+    if "\0" in text:
+        raise ConfigError(f"config file {str(p)!r} is not a text file (it holds NUL bytes)")
+    try:
+        data = json.loads(text) if p.suffix == ".json" else _yaml(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"config file {str(p)!r} is not valid {p.suffix[1:] or 'YAML'}: {exc}") from exc
+        raise ConfigError(f"config file {str(p)!r} is not valid {p.suffix[1:] or 'YAML'}: {exc}") from None
+    except ConfigError as exc:
+        raise ConfigError(f"config file {str(p)!r}: {exc}") from None
     return from_dict(cls, data or {})
 
 
@@ -276,12 +437,14 @@ def apply_overrides(cfg: T, overrides: list[str] | None) -> T:
     data = to_dict(cfg)
     for item in overrides or []:
         key, sep, raw = item.partition("=")
+        if item.startswith("-") and not sep:
+            raise ConfigError(f"no such option: {item} (overrides look like section.field=value)")
         key = key.strip().lstrip("-")
         if not sep or not key:
             raise ConfigError(f"override {item!r} must look like section.field=value, e.g. model.n_layers=4")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
+            value = _yaml(raw) if raw.strip() else ""
+        except (yaml.YAMLError, ConfigError):
             value = raw
         node = data
         parts = key.split(".")
@@ -292,7 +455,7 @@ def apply_overrides(cfg: T, overrides: list[str] | None) -> T:
                     f"sections: {', '.join(k for k, v in node.items() if isinstance(v, dict))}"
                 )
             node = node[part]
-        if parts[-1] not in node:
+        if parts[-1] not in node and not (len(parts) > 1 and parts[-2].endswith("options")):
             raise ConfigError(
                 f"override {item!r}: no field {parts[-1]!r}; valid: {', '.join(node)}"
             )

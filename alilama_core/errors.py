@@ -12,12 +12,14 @@ class ConfigError(AlilamaError, ValueError):
 class UnknownPluginError(ConfigError, KeyError):
     """A name was looked up in a registry that has no such entry (a config naming it is invalid)."""
 
-    def __init__(self, kind: str, name: str, available: list[str]):
+    def __init__(self, kind: str, name: str, available: list[str], failed: list[str] | None = None):
         self.kind, self.name, self.available = kind, name, sorted(available)
+        self.failed = list(failed or [])
         names = ", ".join(self.available) or "(none registered)"
+        broken = f" Plugins that failed to load (one may provide it): {'; '.join(self.failed)}." if self.failed else ""
         super().__init__(
-            f"unknown {kind} {name!r}; available: {names}. "
-            f"Run `alilama plugins` to see what is installed."
+            f"unknown {kind} {name!r}; available: {names}.{broken} "
+            f"Run `alilama plugins --check` to see what is installed."
         )
 
     def __str__(self) -> str:  # KeyError would repr() the message
@@ -34,3 +36,11 @@ class TokenizerError(AlilamaError, ValueError):
 
 class CheckpointError(AlilamaError):
     """A missing, partial or corrupt checkpoint."""
+
+
+class UnsupportedError(AlilamaError):
+    """A plugin lacks an optional capability that this operation needs (e.g. a Hugging Face export)."""
+
+
+class AlilamaWarning(UserWarning):
+    """A warning Alilama issues on purpose (the test suite turns these into errors unless expected)."""

@@ -94,11 +94,17 @@ def evaluate_run(
     max_tokens: int | None = 262_144,
     batch_size: int = 8,
     checkpoint: str | None = None,
+    verify: bool = True,
 ) -> list[EvalRow]:
-    """Evaluate a run folder on ``files`` at each context length (default: 1x, 2x, 4x, 8x trained)."""
+    """Evaluate a run folder on ``files`` at each context length (default: 1x, 2x, 4x, 8x trained).
+
+    ``verify``: check the run's files against the hashes it recorded (see ``load_run``).
+    """
     from alilama_core.checkpoint import load_run
 
-    loaded = load_run(run, checkpoint=checkpoint, attention=attention or None)
+    if context_lengths is not None and (not context_lengths or min(context_lengths) < 1):
+        raise ConfigError(f"context lengths must be positive integers, got {context_lengths}")
+    loaded = load_run(run, checkpoint=checkpoint, attention=attention or None, verify=verify)
     model, tokenizer, cfg = loaded.model, loaded.tokenizer, loaded.config
     trained = cfg.model.context_length
     lengths = context_lengths or [trained * m for m in (1, 2, 4, 8)]

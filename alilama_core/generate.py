@@ -47,6 +47,8 @@ class SamplingSettings:
             raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.repetition_penalty is not None and self.repetition_penalty <= 0:
             raise ConfigError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        if any(not isinstance(s, str) or not s for s in self.stop):
+            raise ConfigError("a stop string must not be empty (it would stop before the first token); drop --stop ''")
         return self
 
 
@@ -107,32 +109,62 @@ def generate_stream(
         generator.manual_seed(settings.seed)
     else:
         generator.seed()
-    done = torch.zeros(ids.size(0), dtype=torch.bool, device=device)
-    cache = KVCache() if settings.use_cache else None
-    seq, seq_mask = ids, mask
-    step_input, step_mask = ids, mask
-    for _ in range(settings.max_new_tokens):
-        positions = (seq_mask.long().cumsum(dim=1) - 1).clamp(min=0)  # (B, S) per-row positions
-        if cache is not None:
-            positions = positions[:, -step_input.size(1) :]
+    B, width = ids.shape
+    steps = settings.max_new_tokens
+    room = position_room(model, width)
+    if room is not None:  # a bounded position table (learned): stop at its end
+        if room < 1:
+            raise ConfigError(
+                f"the prompt has {width} tokens but positional scheme {model.config.positional!r} covers "
+                f"{model.positional.max_positions} positions; shorten the prompt"
+            )
+        steps = min(steps, room)
+    total = width + steps
+    # Everything that grows is preallocated: tokens, key mask, cache; each step writes in place.
+    seq = torch.empty(B, total, dtype=torch.long, device=device)
+    seq[:, :width] = ids
+    seq_mask = torch.ones(B, total, dtype=torch.bool, device=device)
+    seq_mask[:, :width] = mask
+    positions = (mask.long().cumsum(dim=1) - 1).clamp(min=0) if padded else None  # (B, W) per-row positions
+    done = torch.zeros(B, dtype=torch.bool, device=device)
+    cache = KVCache(capacity=total) if settings.use_cache else None
+    step_input = ids
+    length = width
+    for _ in range(steps):
+        if cache is None:
+            step_input = seq[:, :length]
+            if padded:
+                positions = (seq_mask[:, :length].long().cumsum(dim=1) - 1).clamp(min=0)
         logits = model(
-            step_input if cache is not None else seq,
+            step_input,
             cache=cache,
-            key_padding_mask=seq_mask if padded else None,
-            position_ids=positions if padded else None,
+            key_padding_mask=seq_mask[:, :length] if padded else None,
+            position_ids=positions,
             logits_to_keep=1,
         )[:, -1]  # (B, V)
-        history = seq if settings.repetition_penalty else None
+        history = seq[:, :length] if settings.repetition_penalty else None
         token = next_token(logits, settings, history, generator)  # (B,)
         if eot_id is not None:
             token = torch.where(done, torch.full_like(token, eot_id), token)
             done |= token == eot_id
         yield token
-        if bool(done.all()):
+        if eot_id is not None and bool(done.all()):
             return
-        seq = torch.cat([seq, token[:, None]], dim=1)
-        seq_mask = torch.cat([seq_mask, torch.ones_like(token[:, None], dtype=torch.bool)], dim=1)
-        step_input = token[:, None]
+        seq[:, length] = token
+        length += 1
+        step_input = seq[:, length - 1 : length]  # (B, 1)
+        if padded and cache is not None:
+            positions = positions[:, -1:] + 1  # (B, 1) the next position of each row
+
+
+def position_room(model: GPT, prompt_tokens: int) -> int | None:
+    """New tokens that still get a position after a prompt of ``prompt_tokens`` (``None``: no limit).
+
+    A scheme with a bounded table (learned positions) covers ``max_positions``;
+    generation stops at its end rather than failing.
+    """
+    limit = model.positional.max_positions
+    return None if limit is None else limit - prompt_tokens + 1
 
 
 def generate(
@@ -227,3 +259,8 @@ def stream_text(
                 return
             text = combined
         yield piece
+
+
+def generate_text(run, prompt: str, settings: SamplingSettings | None = None) -> str:
+    """The continuation of ``prompt`` by a loaded ``Run`` (``alilama_core.load_run``), as text."""
+    return "".join(stream_text(run.model, run.tokenizer, prompt, settings))

@@ -38,5 +38,10 @@ def register_trainers(register):
 
 
 @hookspec
+def register_tasks(register):
+    """Register algorithmic tasks: ``register(name, cls)``, cls a ``Task`` subclass."""
+
+
+@hookspec
 def register_commands(app):
     """Add commands or sub-apps to the ``alilama`` typer app."""

@@ -7,7 +7,14 @@ loads none. A plugin that raises while importing or registering is recorded in
 ``failures()`` and skipped; nothing it does can stop the CLI from starting.
 
 Registered objects may be given as lazy ``"module:attr"`` strings, resolved on
-first lookup, so that loading the registry never imports torch.
+first lookup, so that loading the registry never imports torch;
+``Registry.check()`` (``alilama plugins --check``) resolves every one of them.
+
+Hooks are called through the plugin manager (``pm.hook.<name>``): only functions
+marked with ``@hookimpl`` count, ``tryfirst``/``trylast`` and ``specname`` are
+honoured, and each implementation is called on its own so that one that raises
+is recorded and the others still register. The plugin kinds are one table,
+``HOOKS`` (kind -> hook name): a new kind is one more line there and one hookspec.
 """
 
 from __future__ import annotations
@@ -27,7 +34,15 @@ from alilama_core.errors import PluginUnavailableError, UnknownPluginError
 ENTRY_POINT_GROUP = "alilama"
 ENV_VAR = "ALILAMA_PLUGINS"
 BUILTIN_DISTRIBUTION = "alilama"
-KINDS = ("tokenizer", "positional", "attention", "trainer")
+HOOKS: dict[str, str] = {
+    "tokenizer": "register_tokenizers",
+    "positional": "register_positional_schemes",
+    "attention": "register_attention_backends",
+    "trainer": "register_trainers",
+    "task": "register_tasks",
+}
+"""Plugin kind -> the ``register_*`` hook that fills its name table."""
+KINDS = tuple(HOOKS)
 
 
 @dataclass
@@ -71,6 +86,7 @@ class Registry:
         self._origin: dict[int, tuple[str, str, str]] = {}  # id(plugin) -> (name, dist, version)
         self._lock = threading.RLock()
         self._loaded = False
+        self._apps: set[int] = set()  # ids of the typer apps plugins have added commands to
 
     # -- loading -----------------------------------------------------------------
 
@@ -125,29 +141,21 @@ class Registry:
     def _build(self) -> dict[str, dict[str, Entry]]:
         self.load_entry_points()
         self._build_failures = []
-        tables: dict[str, dict[str, Entry]] = {k: {} for k in KINDS}
-        hooks = {
-            "tokenizer": "register_tokenizers",
-            "positional": "register_positional_schemes",
-            "attention": "register_attention_backends",
-            "trainer": "register_trainers",
-        }
-        # Built-ins first, so a third party can deliberately override a name.
-        plugins = sorted(
-            self.pm.get_plugins(), key=lambda p: self._origin.get(id(p), ("", "", ""))[1] != "alilama"
-        )
-        for plugin in plugins:
-            pname, dist, version = self._origin.get(id(plugin), (self.pm.get_name(plugin), "local", ""))
-            for kind, hook in hooks.items():
-                impl = getattr(plugin, hook, None)
-                if impl is None:
+        tables: dict[str, dict[str, Entry]] = {k: {} for k in HOOKS}
+        for kind, hook in HOOKS.items():
+            caller = getattr(self.pm.hook, hook)  # every kind in HOOKS has a hookspec
+            # In pluggy's call order (tryfirst first, then the latest registered): built-ins load
+            # first, so a third party that registers a built-in's name deliberately overrides it.
+            for impl in reversed(caller.get_hookimpls()):
+                if impl.hookwrapper or impl.wrapper:
                     continue
+                pname, dist, version = self._origin.get(id(impl.plugin), (impl.plugin_name, "local", ""))
 
-                def register(name: str, target: Any, _kind: str = kind, **meta: Any) -> None:
-                    tables[_kind][name] = Entry(_kind, name, target, pname, dist, version, meta)
+                def register(name: str, target: Any, _kind: str = kind, _origin=(pname, dist, version), **meta):
+                    tables[_kind].setdefault(name, Entry(_kind, name, target, *_origin, meta))
 
                 try:
-                    impl(register=register)
+                    impl.function(*[{"register": register}[arg] for arg in impl.argnames])
                 except Exception as exc:
                     self._build_failures.append(Failure(pname, dist, f"{hook}: {type(exc).__name__}: {exc}"))
         return tables
@@ -164,29 +172,46 @@ class Registry:
     def entry(self, kind: str, name: str) -> Entry:
         table = self.tables()[kind]
         if name not in table:
-            raise UnknownPluginError(kind, name, list(table))
+            failed = [f"{f.plugin} ({f.distribution}): {f.error}" for f in self.failures()]
+            raise UnknownPluginError(kind, name, list(table), failed=failed)
         return table[name]
 
     def get(self, kind: str, name: str) -> Any:
         entry = self.entry(kind, name)
         try:
             return entry.resolve()
-        except ImportError as exc:
+        except (ImportError, AttributeError) as exc:
             raise PluginUnavailableError(
                 f"{kind} {name!r} from plugin {entry.plugin!r} could not be imported: {exc}"
             ) from exc
 
     def failures(self) -> list[Failure]:
+        """Plugins that failed to import or to register (each was skipped)."""
         self.tables()
         return self._load_failures + self._build_failures
 
+    def check(self) -> list[Failure]:
+        """Resolve every lazily registered object; return the load failures plus one per object that fails.
+
+        What ``alilama plugins --check`` runs: a ``"module:attr"`` path that does
+        not import, or names nothing, is found here rather than at first use.
+        """
+        found = list(self.failures())
+        for kind, table in self.tables().items():
+            for name, entry in sorted(table.items()):
+                try:
+                    entry.resolve()
+                except Exception as exc:  # reported, never raised
+                    found.append(Failure(entry.plugin, entry.distribution, f"{kind} {name!r}: {type(exc).__name__}: {exc}"))
+        return found
+
     def add_commands(self, app: Any) -> None:
         """Let every plugin add CLI commands (once per app); a failing one is recorded and skipped."""
-        if getattr(app, "_alilama_commands_added", False):
+        if id(app) in self._apps:
             return
-        app._alilama_commands_added = True
+        self._apps.add(id(app))
         self.load_entry_points()
-        for impl in self.pm.hook.register_commands.get_hookimpls():
+        for impl in reversed(self.pm.hook.register_commands.get_hookimpls()):
             commands, groups = list(app.registered_commands), list(app.registered_groups)
             try:
                 impl.function(app=app)

@@ -1,4 +1,4 @@
-"""The essay's model with ALiBi (eager and sdpa) beside a plain causal-SDPA GPT of the same size.
+"""The essay's model with ALiBi (the default ``auto``, eager and sdpa) beside a plain causal-SDPA GPT of the same size.
 
 The baseline is written here in nanoGPT's shape (learned absolute positions, no
 attention bias, ``is_causal=True``), so the comparison shows what ALiBi costs.
@@ -9,7 +9,6 @@ attention bias, ``is_causal=True``), so the comparison shows what ALiBi costs.
 
 from __future__ import annotations
 
-import math
 
 import pytest
 import torch
@@ -56,7 +55,7 @@ class BaselineGPT(nn.Module):
 
 
 ESSAY = ModelConfig()  # vocab 4096, d 128, 8 layers, 8 heads, MLP 512, context 128
-MODELS = ["baseline-causal-sdpa", "alibi-sdpa", "alibi-eager"]
+MODELS = ["baseline-causal-sdpa", "alibi-auto", "alibi-sdpa", "alibi-eager"]
 
 
 def make_model(name: str, max_len: int) -> nn.Module:

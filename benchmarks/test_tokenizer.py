@@ -200,6 +200,61 @@ def test_encode(benchmark, docs, nbytes, trained, impl, threads, tmp_path):
     assert ids[sample] == trained.encode_batch(docs[sample], threads=1)
 
 
+# Special tokens: one registered, or two with the second absent from the text (a lookup
+# for each must not rescan the text: both rows should take the same time).
+SPECIAL_SETS = {"one": [EOT], "two, one absent": [EOT, "<|pad|>"]}
+
+
+@pytest.fixture(scope="module")
+def corpus_file(docs, tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
+    with open(path, "w", encoding="utf-8") as f:
+        for d in docs:
+            f.write(d)
+            f.write(EOT + "\n")
+    return path
+
+
+@pytest.mark.parametrize("specials", list(SPECIAL_SETS))
+@pytest.mark.parametrize("op", ["encode_file", "train_files"])
+def test_special_tokens(benchmark, trained, corpus_file, op, specials):
+    from alilama_bpe.tokenizer import BPETokenizer
+
+    tokens = SPECIAL_SETS[specials]
+    benchmark.group = f"special tokens, {op}"
+    benchmark.extra_info["bytes"] = corpus_file.stat().st_size
+    if op == "encode_file":
+        n = 256 + len(trained.merges)
+        tok = BPETokenizer(trained.merges, {t: n + k for k, t in enumerate(tokens)})
+        ids = benchmark.pedantic(lambda: tok.encode_file(corpus_file), rounds=5, iterations=1)
+        assert int((ids == n).sum()) > 0 and int((ids == n + 1).sum()) == 0
+    else:
+        def fn():
+            return BPETokenizer.train_files([corpus_file], ENCODE_VOCAB, special_tokens=tokens)
+
+        tok = benchmark.pedantic(fn, rounds=3, iterations=1)
+        assert tok.vocab_size == ENCODE_VOCAB
+
+
+@pytest.mark.parametrize("run", [40_000, 80_000])
+def test_python_trainer_long_run(benchmark, run):
+    """The pure-Python trainer on one run of spaces: time grows with the run's length, not its square."""
+    import warnings
+
+    from alilama_bpe.tokenizer import BPETokenizer
+
+    benchmark.group = "pure-Python training, one run of spaces"
+    benchmark.extra_info["bytes"] = run
+
+    def fn():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the run allows fewer merges than asked
+            return BPETokenizer.train([" " * run + "x"], 300, backend="python")
+
+    tok = benchmark.pedantic(fn, rounds=3, iterations=1)
+    assert tok.merges[0] == (32, 32)
+
+
 def table(json_path: str) -> str:
     """Markdown table (medians, MB/s, ratios to the peers) from ``--benchmark-json`` output."""
     import json
@@ -211,16 +266,16 @@ def table(json_path: str) -> str:
         by_group.setdefault(r["group"], []).append(r)
     for group in sorted(by_group):
         entries = by_group[group]
-        ours = next((e for e in entries if e["params"]["impl"] == "alilama"), None)
+        ours = next((e for e in entries if _label(e) == "alilama"), None)
         for e in sorted(entries, key=lambda e: e["stats"]["median"]):
             med = e["stats"]["median"]
             mbs = e["extra_info"]["bytes"] / 1e6 / med
             peak = e["extra_info"].get("peak_mib", "")
             ratio = f"{med / ours['stats']['median']:.1f}× slower" if ours and e is not ours else ""
-            rows.append(f"| {group} | {e['params']['impl']} | {med:.3f} | {mbs:.1f} | {peak} | {ratio} |")
+            rows.append(f"| {group} | {_label(e)} | {med:.3f} | {mbs:.1f} | {peak} | {ratio} |")
     # The issue's ratios: training time and peak memory against HF, encoding per thread
     # against tiktoken, and Alilama's gain from a second thread.
-    med = {(g, e["params"]["impl"]): e for g, es in by_group.items() for e in es}
+    med = {(g, _label(e)): e for g, es in by_group.items() for e in es}
     notes = []
     for group in sorted(g for g in by_group if g.startswith("train")):
         ours, hf = med.get((group, "alilama")), med.get((group, "hf-tokenizers"))
@@ -228,6 +283,11 @@ def table(json_path: str) -> str:
             speed = hf["stats"]["median"] / ours["stats"]["median"]
             mem = ours["extra_info"]["peak_mib"] / hf["extra_info"]["peak_mib"]
             notes.append(f"* {group}: {speed:.1f}× faster than HF tokenizers, {mem:.2f}× its peak memory")
+    for group in sorted(g for g in by_group if g.startswith("special tokens")):
+        one, two = med.get((group, "one")), med.get((group, "two, one absent"))
+        if one and two:
+            ratio = two["stats"]["median"] / one["stats"]["median"]
+            notes.append(f"* {group}: two special tokens (one absent) take {ratio:.2f}× the time of one")
     one = [g for g in by_group if g.startswith("encode") and g.endswith("1 thread")]
     two = [g for g in by_group if g.startswith("encode") and g.endswith("2 threads")]
     if one and (one[0], "alilama") in med and (one[0], "tiktoken") in med:
@@ -237,6 +297,12 @@ def table(json_path: str) -> str:
         gain = med[(one[0], "alilama")]["stats"]["median"] / med[(two[0], "alilama")]["stats"]["median"]
         notes.append(f"* encoding: 2 threads give {gain:.2f}× the throughput of 1")
     return "\n".join(rows + [""] + notes)
+
+
+def _label(entry: dict) -> str:
+    """The row's tool (or, for the special-token and long-run rows, its case)."""
+    params = entry["params"]
+    return str(params.get("impl") or params.get("specials") or f"run of {params.get('run')}")
 
 
 if __name__ == "__main__":

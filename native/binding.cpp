@@ -95,10 +95,12 @@ struct PyProgress {
   }
 };
 
-// Pauses Python's cyclic garbage collector for a scope (Python >= 3.10).
-struct GcPause {
+// Pauses Python's cyclic garbage collector for a scope during which the GIL is held
+// throughout (Python >= 3.10): no other thread can run, so none can see the pause or
+// change the setting meanwhile, and the setting is left exactly as found.
+struct GcPauseHoldingGil {
   int was_enabled = PyGC_Disable();
-  ~GcPause() {
+  ~GcPauseHoldingGil() {
     if (was_enabled) PyGC_Enable();
   }
 };
@@ -185,7 +187,14 @@ class BatchEncoder {
             if (th.joinable()) th.join();
         }
       } joiner;
-      for (size_t w = 1; w < t; ++w) joiner.threads.emplace_back([this, w] { work(w); });
+      joiner.threads.reserve(t - 1);
+      for (size_t w = 1; w < t; ++w) {
+        try {
+          joiner.threads.emplace_back([this, w] { work(w); });
+        } catch (...) {  // no resources for another thread: the ones started do the work
+          break;
+        }
+      }
       lead();
       for (auto& th : joiner.threads) th.join();
     }
@@ -261,6 +270,7 @@ class BatchEncoder {
   bool try_list() {
     if (listed_ >= nblocks() || blocks_[listed_].state.load(std::memory_order_acquire) != kEncoded) return false;
     py::gil_scoped_acquire gil;
+    GcPauseHoldingGil pause;  // thousands of new lists would trigger collections again and again
     while (listed_ < nblocks() && blocks_[listed_].state.load(std::memory_order_acquire) == kEncoded) {
       Block& bl = blocks_[listed_];
       bl.items.resize(bl.ends.size());
@@ -356,6 +366,9 @@ std::vector<uint32_t> ids_from(const py::handle& ids) {
 PYBIND11_MODULE(_native, m) {
   m.doc() = "Native byte-level BPE (trainer, encoder, GPT-4 pre-tokenizer).";
   m.attr("unicode_version") = kUnicodeVersion;
+  m.attr("unicode_source") = kUnicodeSource;
+  m.attr("max_token_bytes") = kMaxTokenBytes;
+  m.attr("max_vocab_bytes") = kMaxVocabBytes;
   py::register_exception<TokenizerError>(m, "NativeTokenizerError", PyExc_ValueError);
   py::register_exception<DisallowedSpecial>(m, "DisallowedSpecialError", PyExc_ValueError);
 
@@ -461,10 +474,24 @@ PYBIND11_MODULE(_native, m) {
           },
           py::arg("text"), py::arg("allowed_special") = std::vector<std::string>{}, py::arg("threads") = 1)
       .def(
+          "encode_bytes",
+          [](const Encoder& e, py::bytes data) {
+            std::string_view v(data);
+            std::vector<uint32_t> ids;
+            {
+              py::gil_scoped_release nogil;
+              ids.reserve(v.size() / 3 + 16);
+              e.encode_ordinary(reinterpret_cast<const uint8_t*>(v.data()), v.size(), ids);
+            }
+            return to_pylist(e, ids);
+          },
+          py::arg("data"),
+          "Ids of raw bytes, special tokens not looked for; each maximal ill-formed UTF-8 "
+          "subpart is one character of no class for the split pattern.")
+      .def(
           "encode_batch",
           [](const Encoder& e, py::sequence texts, std::vector<std::string> allowed, std::optional<int> threads,
              std::vector<std::string> disallowed) {
-            GcPause pause;  // thousands of new lists would trigger collections again and again
             Utf8Texts held = utf8_texts(texts);
             return BatchEncoder(e, std::move(held.views), std::move(allowed), std::move(disallowed),
                                 std::max(1, resolve_threads(threads)))

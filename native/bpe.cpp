@@ -12,47 +12,151 @@ namespace alilama {
 
 // ---------------------------------------------------------------- helpers
 
-std::pair<size_t, size_t> SpecialMatcher::find(std::string_view text, size_t from) const {
-  size_t best = std::string_view::npos, which = 0;
+SpecialMatcher::SpecialMatcher(std::vector<std::string> tokens) : tokens_(std::move(tokens)) {
+  for (const auto& t : tokens_) {
+    if (t.empty()) throw TokenizerError("special tokens must not be empty");
+    max_len_ = std::max(max_len_, t.size());
+    for (unsigned char c : t)
+      if (!cls_[c]) cls_[c] = uint8_t(nclasses_++);
+    starts_[uint8_t(t[0])] = true;
+  }
+  if (tokens_.empty()) return;
+  int nstart = 0;
+  for (int c = 0; c < 256; ++c)
+    if (starts_[c]) {
+      ++nstart;
+      start_byte_ = c;
+    }
+  if (nstart != 1) start_byte_ = -1;
+  for (size_t i = 0; i < tokens_.size() && !nested_; ++i)
+    for (size_t j = 0; j < tokens_.size(); ++j)
+      if (i != j && tokens_[j].find(tokens_[i]) != std::string::npos) {
+        nested_ = true;
+        break;
+      }
+  // The trie (kNoState: no edge yet), then the failure transitions, breadth first.
+  constexpr uint32_t kNoState = 0xFFFFFFFFu;
+  const uint32_t C = nclasses_;
+  delta_.assign(C, kNoState);
+  out_.assign(1, -1);
   for (size_t k = 0; k < tokens_.size(); ++k) {
-    size_t p = text.find(tokens_[k], from);
-    if (p < best || (p == best && p != std::string_view::npos && tokens_[k].size() > tokens_[which].size())) {
-      best = p;
-      which = k;
+    uint32_t s = 0;
+    for (unsigned char c : tokens_[k]) {
+      uint32_t& next = delta_[size_t(s) * C + cls_[c]];
+      if (next == kNoState) {
+        next = uint32_t(out_.size());
+        out_.push_back(-1);
+        delta_.resize(delta_.size() + C, kNoState);
+      }
+      s = delta_[size_t(s) * C + cls_[c]];
+    }
+    if (out_[s] < 0 || tokens_[size_t(out_[s])].size() < tokens_[k].size()) out_[s] = int32_t(k);
+  }
+  std::vector<uint32_t> fail(out_.size(), 0), queue;
+  for (uint32_t c = 0; c < C; ++c) {
+    uint32_t& next = delta_[c];
+    if (next == kNoState) next = 0;
+    else queue.push_back(next);
+  }
+  for (size_t q = 0; q < queue.size(); ++q) {
+    uint32_t s = queue[q];
+    if (out_[s] < 0) out_[s] = out_[fail[s]];  // the longest token that ends here
+    for (uint32_t c = 0; c < C; ++c) {
+      uint32_t& next = delta_[size_t(s) * C + c];
+      uint32_t via_fail = delta_[size_t(fail[s]) * C + c];
+      if (next == kNoState) {
+        next = via_fail;
+      } else {
+        fail[next] = via_fail;
+        queue.push_back(next);
+      }
     }
   }
-  return {best, which};
+}
+
+// The leftmost-longest token starting in [lo, hi] (one is known to start at or before hi).
+std::pair<size_t, size_t> SpecialMatcher::leftmost_longest(std::string_view text, size_t lo, size_t hi) const {
+  for (size_t p = lo; p <= hi; ++p) {
+    size_t which = tokens_.size();
+    for (size_t k = 0; k < tokens_.size(); ++k)
+      if (text.compare(p, tokens_[k].size(), tokens_[k]) == 0 &&
+          (which == tokens_.size() || tokens_[k].size() > tokens_[which].size()))
+        which = k;
+    if (which != tokens_.size()) return {p, which};
+  }
+  return {std::string_view::npos, 0};  // unreachable
+}
+
+std::pair<size_t, size_t> SpecialMatcher::find(std::string_view text, size_t from) const {
+  const size_t n = text.size();
+  if (tokens_.empty() || from >= n) return {std::string_view::npos, 0};
+  const uint8_t* s = reinterpret_cast<const uint8_t*>(text.data());
+  const uint32_t C = nclasses_;
+  uint32_t state = 0;
+  size_t i = from;
+  while (i < n) {
+    if (state == 0) {  // at the root: skip to the next byte that can start a token
+      if (start_byte_ >= 0) {
+        const void* hit = std::memchr(s + i, start_byte_, n - i);
+        if (!hit) break;
+        i = size_t(static_cast<const uint8_t*>(hit) - s);
+      } else {
+        while (i < n && !starts_[s[i]]) ++i;
+        if (i == n) break;
+      }
+    }
+    state = delta_[size_t(state) * C + cls_[s[i]]];
+    ++i;
+    int32_t k = out_[state];
+    if (k >= 0) {  // the earliest end of any token: i
+      size_t start = i - tokens_[size_t(k)].size();
+      if (!nested_) return {start, size_t(k)};
+      // A longer token that contains this one may start earlier and end later.
+      size_t lo = std::max(from, i > max_len_ ? i - max_len_ : size_t(0));
+      return leftmost_longest(text, lo, start);
+    }
+  }
+  return {std::string_view::npos, 0};
+}
+
+void run_threads(size_t threads, const std::function<void(const std::atomic<bool>&)>& worker) {
+  std::atomic<bool> stop{false};
+  std::exception_ptr error;
+  std::mutex error_mu;
+  auto guarded = [&]() {
+    try {
+      worker(stop);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mu);
+      if (!error) error = std::current_exception();
+      stop.store(true);
+    }
+  };
+  std::vector<std::thread> pool;
+  if (threads > 1) pool.reserve(threads - 1);
+  for (size_t k = 1; k < threads; ++k) {
+    try {
+      pool.emplace_back(guarded);
+    } catch (...) {  // no resources for another thread: the ones started do the work
+      break;
+    }
+  }
+  guarded();
+  for (auto& th : pool) th.join();
+  if (error) std::rethrow_exception(error);
 }
 
 void parallel_for(size_t n, int threads, const std::function<void(size_t)>& fn) {
   if (n == 0) return;
   size_t t = std::min<size_t>(size_t(threads < 1 ? 1 : threads), n);
-  if (t == 1) {
-    for (size_t i = 0; i < n; ++i) fn(i);
-    return;
-  }
   std::atomic<size_t> next{0};
-  std::exception_ptr error;
-  std::mutex error_mu;
-  auto worker = [&]() {
-    while (true) {
+  run_threads(t, [&](const std::atomic<bool>& stop) {
+    while (!stop.load(std::memory_order_relaxed)) {
       size_t i = next.fetch_add(1);
       if (i >= n) return;
-      try {
-        fn(i);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mu);
-        if (!error) error = std::current_exception();
-        next.store(n);
-        return;
-      }
+      fn(i);
     }
-  };
-  std::vector<std::thread> pool;
-  for (size_t k = 1; k < t; ++k) pool.emplace_back(worker);
-  worker();
-  for (auto& th : pool) th.join();
-  if (error) std::rethrow_exception(error);
+  });
 }
 
 std::vector<std::pair<size_t, size_t>> cut_pieces(const uint8_t* s, size_t n, size_t target) {
@@ -135,12 +239,11 @@ void Trainer::add(const std::vector<std::string_view>& texts) {
     }
     local.reset();
   };
-  std::exception_ptr error;
-  auto count_pieces = [&]() {
+  auto count_pieces = [&](const std::atomic<bool>& stop) {
     StringMap<ChunkStat> map;  // on this thread's stack: no false sharing with other workers
     uint64_t count = 0;
     size_t unfolded = 0;  // bytes counted in `map` since it was last folded
-    while (true) {
+    while (!stop.load(std::memory_order_relaxed)) {
       size_t i = next.fetch_add(1);
       if (i >= pieces.size()) break;
       const Piece& pc = pieces[i];
@@ -163,21 +266,8 @@ void Trainer::add(const std::vector<std::string_view>& texts) {
     if (map.size()) fold(map);
     nchunks += count;
   };
-  auto worker = [&]() {
-    try {
-      count_pieces();
-    } catch (...) {  // e.g. out of memory: stop the others, rethrow on the calling thread
-      std::lock_guard<std::mutex> lock(mu);
-      if (!error) error = std::current_exception();
-      next.store(pieces.size());
-    }
-  };
-  size_t t = std::min<size_t>(size_t(threads_), std::max<size_t>(pieces.size(), 1));
-  std::vector<std::thread> pool;
-  for (size_t w = 1; w < t; ++w) pool.emplace_back(worker);
-  worker();
-  for (auto& th : pool) th.join();
-  if (error) std::rethrow_exception(error);
+  // A worker that fails (e.g. out of memory) stops the others; the error is rethrown here.
+  run_threads(std::min<size_t>(size_t(threads_), std::max<size_t>(pieces.size(), 1)), count_pieces);
   total_chunks_ += nchunks.load();
 }
 
@@ -263,7 +353,7 @@ std::vector<Merge> Trainer::train(size_t num_merges, const ProgressFn& progress)
   trained_ = true;
 
   std::vector<uint32_t> tok_len(256, 1);
-  tok_len.reserve(256 + num_merges);
+  tok_len.reserve(256 + std::min<size_t>(num_merges, size_t(1) << 20));
   auto starts_chunk = [&](uint32_t i) { return (starts_bits[i >> 6] >> (i & 63)) & 1; };
   auto next_of = [&](uint32_t i) -> uint32_t {  // i starts a symbol
     uint32_t j = i + tok_len[id[i]];
@@ -362,7 +452,8 @@ std::vector<Merge> Trainer::train(size_t num_merges, const ProgressFn& progress)
   };
 
   std::vector<Merge> merges;
-  merges.reserve(num_merges);
+  merges.reserve(std::min<size_t>(num_merges, size_t(1) << 20));  // grows past that if the text allows
+  uint64_t vocab_bytes = 256;  // bytes of all tokens so far
   uint64_t report_every = std::max<uint64_t>(1, num_merges / 500);
   if (progress && !progress(0, num_merges)) throw std::runtime_error("cancelled");
   while (merges.size() < num_merges && !heap.empty()) {
@@ -370,6 +461,10 @@ std::vector<Merge> Trainer::train(size_t num_merges, const ProgressFn& progress)
     heap.pop();
     PairInfo& p = pairs[top.pair];
     if (p.count <= 0) continue;  // dead for good: a count never grows again
+    if (tok_len[p.a] + tok_len[p.b] > kMaxTokenBytes) {  // too long a token: never merged
+      p.count = 0;
+      continue;
+    }
     if (top.count != p.count || top.first != p.first) {  // its key dropped since: fix it
       heap.push({p.count, p.first, top.pair});
       continue;
@@ -385,8 +480,10 @@ std::vector<Merge> Trainer::train(size_t num_merges, const ProgressFn& progress)
       heap.push({p.count, p.first, top.pair});
       continue;
     }
+    if (vocab_bytes + tok_len[p.a] + tok_len[p.b] > kMaxVocabBytes) break;  // the vocabulary is full
     // Merge every occurrence, left to right.
     const uint32_t a = p.a, b = p.b, z = uint32_t(256 + merges.size());
+    vocab_bytes += tok_len[a] + tok_len[b];
     merges.emplace_back(a, b);
     tok_len.push_back(tok_len[a] + tok_len[b]);
     const uint32_t self = top.pair, begin = p.begin, end = p.begin + p.len;
@@ -531,12 +628,32 @@ void Encoder::give_cache(std::unique_ptr<Cache> c) const {
 
 Encoder::Encoder(const std::vector<Merge>& merges, std::vector<std::pair<std::string, uint32_t>> specials)
     : ranks_(merges.size() + 16), specials_(std::move(specials)), num_merges_(merges.size()) {
+  // Lengths first, so that merges building ever longer tokens are refused before any
+  // byte of them is allocated.
+  {
+    std::vector<uint32_t> len(256, 1);
+    len.reserve(256 + merges.size());
+    uint64_t total = 256;
+    for (size_t i = 0; i < merges.size(); ++i) {
+      auto [a, b] = merges[i];
+      uint32_t z = uint32_t(256 + i);
+      if (a >= z || b >= z) throw TokenizerError("merge " + std::to_string(i) + " uses an id not yet defined");
+      uint64_t l = uint64_t(len[a]) + len[b];
+      if (l > kMaxTokenBytes)
+        throw TokenizerError("merge " + std::to_string(i) + " makes a token of " + std::to_string(l) +
+                             " bytes; tokens are limited to " + std::to_string(kMaxTokenBytes) + " bytes");
+      total += l;
+      if (total > kMaxVocabBytes)
+        throw TokenizerError("the merges make a vocabulary of more than " + std::to_string(kMaxVocabBytes) +
+                             " bytes");
+      len.push_back(uint32_t(l));
+    }
+  }
   vocab_.reserve(256 + merges.size());
   for (int i = 0; i < 256; ++i) vocab_.emplace_back(1, char(i));
   for (size_t i = 0; i < merges.size(); ++i) {
     auto [a, b] = merges[i];
     uint32_t z = uint32_t(256 + i);
-    if (a >= z || b >= z) throw TokenizerError("merge " + std::to_string(i) + " uses an id not yet defined");
     bool inserted;
     uint32_t& v = ranks_.get_or_insert(pair_key(a, b), z, inserted);
     if (!inserted) throw TokenizerError("merge " + std::to_string(i) + " repeats an earlier pair");
@@ -731,11 +848,11 @@ void Encoder::encode_segments(std::string_view text, const SpecialMatcher& m, in
     return;
   }
   std::vector<std::vector<uint32_t>> parts(segs.size());
-  size_t t = std::min<size_t>(size_t(threads), segs.size());
   std::atomic<size_t> next{0};
-  auto worker = [&]() {
+  // A worker that fails (e.g. out of memory) stops the others; the error is rethrown here.
+  run_threads(std::min<size_t>(size_t(threads), segs.size()), [&](const std::atomic<bool>& stop) {
     auto cache = take_cache();
-    while (true) {
+    while (!stop.load(std::memory_order_relaxed)) {
       size_t i = next.fetch_add(1);
       if (i >= segs.size()) break;
       const Segment& sg = segs[i];
@@ -748,11 +865,7 @@ void Encoder::encode_segments(std::string_view text, const SpecialMatcher& m, in
       parts[i] = std::move(ids);
     }
     give_cache(std::move(cache));
-  };
-  std::vector<std::thread> pool;
-  for (size_t w = 1; w < t; ++w) pool.emplace_back(worker);
-  worker();
-  for (auto& th : pool) th.join();
+  });
   size_t total = out.size();
   for (auto& p : parts) total += p.size();
   out.reserve(total);

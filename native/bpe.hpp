@@ -20,19 +20,42 @@ namespace alilama {
 
 using Merge = std::pair<uint32_t, uint32_t>;
 
-// Finds special tokens in text: the leftmost occurrence, the longest on a tie.
+// Longest token a vocabulary may hold, and the most bytes all its tokens may hold
+// together: merges that would build more are refused when loading and never learned.
+constexpr size_t kMaxTokenBytes = 4096;
+constexpr uint64_t kMaxVocabBytes = uint64_t(256) << 20;
+
+// Finds special tokens in text in one pass, whatever their number: an Aho-Corasick
+// automaton over byte classes (the bytes that occur in no token share class 0), with a
+// skip to the next byte that can start a token while the automaton is at its root.
+// The match returned is the leftmost, the longest on a tie. Tokens that occur inside
+// no other (what the Python layer allows) are found in time linear in the text.
 class SpecialMatcher {
  public:
   SpecialMatcher() = default;
-  explicit SpecialMatcher(std::vector<std::string> tokens) : tokens_(std::move(tokens)) {}
+  explicit SpecialMatcher(std::vector<std::string> tokens);
   bool empty() const { return tokens_.empty(); }
   // Position and index of the first special token at or after `from`; pos == npos if none.
   std::pair<size_t, size_t> find(std::string_view text, size_t from) const;
   const std::vector<std::string>& tokens() const { return tokens_; }
 
  private:
+  std::pair<size_t, size_t> leftmost_longest(std::string_view text, size_t lo, size_t hi) const;
   std::vector<std::string> tokens_;
+  uint8_t cls_[256] = {};     // byte -> class (0: in no token)
+  bool starts_[256] = {};     // byte starts some token
+  int start_byte_ = -1;       // the only byte that starts a token, or -1
+  uint32_t nclasses_ = 1;
+  std::vector<uint32_t> delta_;  // state * nclasses_ + class -> state (0 is the root)
+  std::vector<int32_t> out_;     // state -> token whose end it is (longest suffix), or -1
+  size_t max_len_ = 0;
+  bool nested_ = false;  // some token occurs inside another
 };
+
+// Runs worker(stop) on up to `threads` threads, the caller's included, and joins them.
+// An exception thrown by any of them sets `stop` and is rethrown here once all have
+// returned; a thread that cannot be started leaves the work to those that could.
+void run_threads(size_t threads, const std::function<void(const std::atomic<bool>&)>& worker);
 
 // Run fn(i) for i in [0, n) on up to `threads` threads (the caller's included).
 void parallel_for(size_t n, int threads, const std::function<void(size_t)>& fn);

@@ -6,9 +6,13 @@
 //   * chunks are non-empty and concatenate back to the input;
 //   * decode(encode(x)) == x, byte for byte;
 //   * one thread and two threads give the same ids;
-//   * invalid merges are rejected with TokenizerError, never undefined behaviour.
+//   * invalid merges are rejected with TokenizerError, never undefined behaviour;
+//   * special tokens are found where a naive search finds them (nested ones included);
+//   * an exception in a worker thread reaches the caller.
 //
 //   usage: fuzz_native [--seconds N] [--seed S]
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -92,6 +96,58 @@ void check_split(const std::string& s) {
   (void)utf8_error_offset(p, s.size());
 }
 
+// Leftmost occurrence, longest on a tie: the definition SpecialMatcher::find must meet.
+std::pair<size_t, size_t> naive_find(std::string_view text, const std::vector<std::string>& tokens, size_t from) {
+  size_t best = std::string_view::npos, which = 0;
+  for (size_t k = 0; k < tokens.size(); ++k) {
+    size_t p = text.find(tokens[k], from);
+    if (p < best || (p == best && p != std::string_view::npos && tokens[k].size() > tokens[which].size())) {
+      best = p;
+      which = k;
+    }
+  }
+  return {best, which};
+}
+
+void check_matcher() {
+  static const char* alphabet = "<|>abe\xff";
+  std::vector<std::string> tokens;
+  for (size_t k = 0, n = 1 + pick(5); k < n; ++k) {
+    std::string t;
+    for (size_t j = 0, len = 1 + pick(6); j < len; ++j) t += alphabet[pick(7)];
+    if (std::find(tokens.begin(), tokens.end(), t) == tokens.end()) tokens.push_back(t);
+  }
+  if (pick(2)) tokens = {"<|endoftext|>", "<|pad|>", std::string("<|\xff|>")};
+  SpecialMatcher m(tokens);
+  std::string text;
+  for (size_t j = 0, len = pick(300); j < len; ++j) {
+    if (pick(8) == 0) text += tokens[pick(tokens.size())];
+    else text += alphabet[pick(7)];
+  }
+  for (size_t from = 0; from <= text.size(); from += 1 + pick(7)) {
+    auto got = m.find(text, from);
+    auto want = naive_find(text, tokens, from);
+    if (got.first != want.first || (got.first != std::string_view::npos && tokens[got.second] != tokens[want.second]))
+      fail("SpecialMatcher::find differs from the naive search", text);
+  }
+}
+
+// An exception in any worker comes back to the caller once all have stopped.
+void check_thread_errors() {
+  size_t n = 1 + pick(200), bad = pick(n);
+  std::atomic<size_t> ran{0};
+  try {
+    parallel_for(n, 1 + int(pick(4)), [&](size_t i) {
+      ran.fetch_add(1);
+      if (i == bad) throw TokenizerError("worker failure");
+    });
+    fail("parallel_for swallowed a worker's exception", "");
+  } catch (const TokenizerError& e) {
+    if (std::string(e.what()) != "worker failure") fail("parallel_for changed the exception", "");
+  }
+  if (ran.load() > n) fail("parallel_for ran too many items", "");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -115,6 +171,8 @@ int main(int argc, char** argv) {
       bytes += s.size();
       check_split(s);
     }
+    check_matcher();
+    check_thread_errors();
     // Trainer on a few documents.
     std::vector<std::string> docs;
     for (size_t k = 0, n = 1 + pick(6); k < n; ++k) docs.push_back(random_text(2000));

@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from alilama_core.app import commands
+from alilama_core.app import commands, tokenizer, viz
 from alilama_core.app.common import (
     ConfigOpt,
     JsonOpt,
@@ -35,11 +35,22 @@ app = typer.Typer(
 model_app = typer.Typer(help="Inspect model configurations.", no_args_is_help=True)
 app.add_typer(model_app, name="model")
 commands.register(app)  # data, train, eval, plot, quickstart
+tokenizer.register(app)  # tokenizer train, encode, decode, info
+viz.register(app)  # viz attention, viz positional
+from alilama_core.app.tasks import tasks_app  # noqa: E402
+
+app.add_typer(tasks_app, name="tasks")
 
 
 @app.command("plugins")
-def plugins_cmd(as_json: JsonOpt = False) -> None:
+def plugins_cmd(
+    as_json: JsonOpt = False,
+    check: Annotated[
+        bool, typer.Option("--check", help="Import every registered object; exit 1 if any plugin fails.")
+    ] = False,
+) -> None:
     """List installed plugins: distribution, version, what each registers, and availability."""
+    from alilama_core.interfaces import AttentionBackend
     from alilama_core.registry import get_registry
 
     reg = get_registry()
@@ -47,11 +58,11 @@ def plugins_cmd(as_json: JsonOpt = False) -> None:
     for kind, table in reg.tables().items():
         for name, entry in sorted(table.items()):
             status, reason = "ok", ""
-            if kind == "attention":
+            if check or kind == "attention":
                 try:
-                    from alilama_core.interfaces import attention_backend
-
-                    reason = attention_backend(entry.resolve()).available() or ""
+                    obj = entry.resolve()
+                    if isinstance(obj, AttentionBackend):
+                        reason = obj.available() or ""
                 except Exception as exc:  # an import error is shown, not raised
                     reason = f"{type(exc).__name__}: {exc}"
                 status = "unavailable" if reason else "ok"
@@ -67,10 +78,16 @@ def plugins_cmd(as_json: JsonOpt = False) -> None:
                     description=entry.meta.get("description", ""),
                 )
             )
-    failures = [vars(f) for f in reg.failures()]
+    failures = [vars(f) for f in (reg.check() if check else reg.failures())]
     if as_json:
         print(json.dumps({"registered": rows, "failed": failures}, indent=2))
-        return
+    else:
+        _print_plugins(rows, failures)
+    if check and failures:
+        raise typer.Exit(1)
+
+
+def _print_plugins(rows: list[dict], failures: list[dict]) -> None:
     table = Table(title="Alilama plugins")
     for col in ("kind", "name", "plugin", "distribution", "version", "status"):
         table.add_column(col)
@@ -92,7 +109,7 @@ def plugins_cmd(as_json: JsonOpt = False) -> None:
         )
 
 
-@model_app.command("info")
+@model_app.command("info", context_settings={"ignore_unknown_options": True})
 def model_info(
     config: ConfigOpt = None,
     preset: PresetOpt = None,
@@ -142,6 +159,7 @@ def generate_cmd(
     seed: Annotated[Optional[int], typer.Option("--seed")] = None,
     stop: Annotated[Optional[list[str]], typer.Option("--stop", help="Stop after this text (repeatable).")] = None,
     checkpoint: Annotated[Optional[str], typer.Option("--checkpoint", help="Checkpoint folder name, e.g. step-00001000.")] = None,
+    no_verify: Annotated[bool, typer.Option("--no-verify", help="Skip the run's integrity check (hashes).")] = False,
 ) -> None:
     """Stream a continuation of a prompt from a trained run."""
     import sys
@@ -157,11 +175,19 @@ def generate_cmd(
         text = sys.stdin.read()
     else:
         text = prompt or ""
-    loaded = load_run(run, checkpoint=checkpoint)
     settings = SamplingSettings(
         max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
         repetition_penalty=repetition_penalty, seed=seed, stop=list(stop or []),
-    )
+    ).validate()
+    loaded = load_run(run, checkpoint=checkpoint, verify=not no_verify)
+    from alilama_core.generate import position_room
+
+    room = position_room(loaded.model, len(loaded.tokenizer.encode(text, allowed_special="all")) or 1)
+    if room is not None and 0 < room < max_new_tokens:
+        err_console.print(
+            f"note: {loaded.config.model.positional} positions end {room} tokens after this prompt; "
+            f"generation stops there", highlight=False,
+        )
     sys.stdout.write(text)
     for piece in stream_text(loaded.model, loaded.tokenizer, text, settings):
         sys.stdout.write(piece)

@@ -17,14 +17,9 @@ from alilama_core.app.common import (
     resolve_config,
 )
 from alilama_core.errors import AlilamaError
-from alilama_core.files import atomic_write_text
 
 data_app = typer.Typer(help="Prepare and download training data.", no_args_is_help=True)
 
-TINYSTORIES = {
-    "repo_id": "roneneldan/TinyStories",
-    "files": {"train": "TinyStoriesV2-GPT4-train.txt", "valid": "TinyStoriesV2-GPT4-valid.txt"},
-}
 
 
 @data_app.command("prepare")
@@ -64,6 +59,11 @@ def data_prepare(
             f"{name}: {s['documents']:,} documents, {s['tokens']:,} tokens, {s['bytes']:,} bytes "
             f"({s['tokens'] / max(1, s['bytes']):.3f} tokens/byte)", highlight=False,
         )
+    if meta.get("split") == "position":
+        console.print(
+            f"split by position: the input holds too few documents to split by document, so the last "
+            f"{meta['val_fraction']:.0%} of its tokens went to validation", highlight=False,
+        )
     console.print(f"wrote {out} ({meta['dtype']})", highlight=False)
 
 
@@ -79,27 +79,10 @@ def data_download(
 
 
 def download(name: str, split: str = "all", revision: str | None = None) -> list[str]:
-    from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import LocalEntryNotFoundError
+    """The library's ``alilama_core.datasets.download``."""
+    from alilama_core.datasets import download as fetch
 
-    if name.lower() != "tinystories":
-        raise AlilamaError(f"unknown dataset {name!r}; available: tinystories")
-    files = TINYSTORIES["files"]
-    if split != "all" and split not in files:
-        raise AlilamaError(f"unknown split {split!r}; available: {', '.join(files)}, all")
-    wanted = list(files.values()) if split == "all" else [files[split]]
-    paths = []
-    for filename in wanted:
-        try:
-            paths.append(
-                hf_hub_download(TINYSTORIES["repo_id"], filename, repo_type="dataset", revision=revision)
-            )
-        except LocalEntryNotFoundError as exc:
-            raise AlilamaError(
-                f"{filename} is not in the local Hugging Face cache and the Hub cannot be reached "
-                f"(offline, or HF_HUB_OFFLINE=1): {exc}"
-            ) from None
-    return paths
+    return fetch(name, split, revision)
 
 
 def train_cmd(
@@ -112,39 +95,47 @@ def train_cmd(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing run in --out.")] = False,
     stop_at: Annotated[Optional[int], typer.Option("--stop-at", help="Checkpoint and stop after this step.")] = None,
     progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
+    task: Annotated[Optional[str], typer.Option("--task", help="Train on a generated task (`alilama tasks list`) instead of --data.")] = None,
 ) -> None:
     """Train a model (one process, or DDP under torchrun) into a run folder."""
-    from alilama_core import config as cfgmod
     from alilama_core.registry import get_trainer
 
     if resume:
+        from alilama_core.checkpoint import resume_config
+
         run = Path(resume)
         if not (run / "config.yaml").is_file():
             raise AlilamaError(f"cannot resume: {resume!r} is not a run folder (no config.yaml)")
         if config or preset:
             raise AlilamaError("--resume uses the run's own config; give overrides only (e.g. train.max_steps=4000)")
-        cfg = cfgmod.apply_overrides(cfgmod.load(run / "config.yaml"), overrides).validate()
-        if data is None:
-            data = json.loads((run / "run.json").read_text())["data"] if (run / "run.json").is_file() else None
+        if out and Path(out).resolve() != run.resolve():
+            raise AlilamaError("give either --out (a new run) or --resume (continue a run), not both")
+        cfg, recorded = resume_config(run, overrides)
+        data = data if data is not None else recorded
     else:
         if not out:
             raise AlilamaError("give --out RUN for a new run (or --resume RUN to continue one)")
         run = Path(out)
         cfg = resolve_config(config, preset, overrides)
-    if not data:
-        raise AlilamaError("give --data DIR (a folder written by `alilama data prepare`)")
-    from alilama_core.data import TokenData
+    if task or cfg.task.name:  # generated examples: no prepared data
+        from alilama_core.app.tasks import task_config
 
-    vocab = TokenData(data).meta["vocab_size"]
-    if not resume and cfg.model.vocab_size != vocab:
-        console.print(f"model.vocab_size set to the tokenizer's {vocab}", highlight=False)
-        cfg.model.vocab_size = vocab
+        cfg, data = task_config(cfg, task, bool(resume), overrides), ""
+    elif not data:
+        raise AlilamaError("give --data DIR (a folder written by `alilama data prepare`), or --task NAME")
+    else:
+        from alilama_core.data import TokenData
+
+        vocab = TokenData(data).meta["vocab_size"]
+        if not resume and cfg.model.vocab_size != vocab:
+            console.print(f"model.vocab_size set to the tokenizer's {vocab}", highlight=False)
+            cfg.model.vocab_size = vocab
     trainer = get_trainer(cfg.train.trainer)(cfg, echo=console.print, show_progress=progress)
     result = trainer.fit(data, str(run), resume=bool(resume), overwrite=overwrite, stop_at=stop_at)
-    if (run / "config.yaml").is_file():
-        atomic_write_text(run / "run.json", json.dumps({"data": str(Path(data).resolve())}) + "\n")
     if result.get("interrupted"):
         raise typer.Exit(130)
+    if result.get("finished"):
+        return
     summary = f"done: step {result['step']}"
     if result.get("val_bpb") is not None:
         summary += f", val loss {result['val_loss']:.4f}, val bpb {result['val_bpb']:.4f}"
@@ -153,13 +144,23 @@ def train_cmd(
 
 def eval_cmd(
     run: Annotated[str, typer.Argument(help="Run folder.")],
-    data: Annotated[list[str], typer.Option("--data", help="Raw text file (repeatable).")],
+    data: Annotated[Optional[list[str]], typer.Option("--data", help="Raw text file (repeatable).")] = None,
     context_lengths: Annotated[Optional[str], typer.Option("--context-lengths", help="e.g. 128,256,512,1024 (default 1x,2x,4x,8x).")] = None,
     attention: Annotated[str, typer.Option("--attention", help="Backend for evaluation.")] = "auto",
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="Tokens per file (0: all).")] = 262_144,
+    no_verify: Annotated[bool, typer.Option("--no-verify", help="Skip the run's integrity check (hashes).")] = False,
     as_json: JsonOpt = False,
+    task: Annotated[Optional[str], typer.Option("--task", help="Task run: the task it was trained on.")] = None,
+    lengths: Annotated[Optional[str], typer.Option("--lengths", help="Task run: lengths to test, e.g. 8,16,32,64.")] = None,
+    examples: Annotated[int, typer.Option("--examples", help="Task run: test examples per length.")] = 256,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="Task run: test-set seed (default task.seed).")] = None,
 ) -> None:
-    """Loss and bits per byte on raw text at the trained context and longer ones."""
+    """Loss and bits per byte on raw text at the trained context and longer ones; for a task run,
+    exact match and per-token accuracy at each length."""
+    if task is not None or lengths is not None or not data:  # a run trained on an algorithmic task
+        from alilama_core.app.tasks import task_eval
+
+        return task_eval(run, task, lengths, examples, seed, attention, as_json)
     from dataclasses import asdict
 
     from rich.table import Table
@@ -172,7 +173,14 @@ def eval_cmd(
             lengths = [int(x) for x in context_lengths.split(",") if x.strip()]
         except ValueError:
             raise AlilamaError(f"--context-lengths must be comma-separated integers, got {context_lengths!r}") from None
-    rows = evaluate_run(run, data, lengths, attention=attention, max_tokens=max_tokens or None)
+        if not lengths or min(lengths) < 1:
+            raise AlilamaError(f"--context-lengths must be positive integers, e.g. 128,256; got {context_lengths!r}")
+    if max_tokens < 0:
+        raise AlilamaError(f"--max-tokens must be >= 0 (0: all), got {max_tokens}")
+    for file in data:
+        if not Path(file).is_file():
+            raise AlilamaError(f"eval file {file!r} does not exist")
+    rows = evaluate_run(run, data, lengths, attention=attention, max_tokens=max_tokens or None, verify=not no_verify)
     if as_json:
         print(json.dumps([asdict(r) for r in rows], indent=2))
         return
@@ -189,10 +197,28 @@ def eval_cmd(
 
 
 def plot_cmd(
-    runs: Annotated[list[str], typer.Argument(help="Run folder(s).")],
+    runs: Annotated[list[str], typer.Argument(help="Run folder(s), or `alilama eval --json` output files (*.json).")],
     out: Annotated[Optional[str], typer.Option("--out", "-o", help="PNG path (default RUN/loss.png).")] = None,
+    accuracy: Annotated[bool, typer.Option("--accuracy", help="Task runs: exact match against length (from `alilama eval`).")] = False,
 ) -> None:
-    """Write loss.png: train and val loss against tokens, one colour per run."""
+    """Write loss.png: train and val loss against tokens, one colour per run (--accuracy: accuracy.png).
+
+    Given `alilama eval --json` output files instead, write bpb.png: bits per byte against context length.
+    """
+    if any(r.endswith(".json") for r in runs):
+        from alilama_core.app.plot import plot_eval
+
+        if not all(r.endswith(".json") for r in runs):
+            raise AlilamaError("give either run folders or `alilama eval --json` files (*.json), not both")
+        path = plot_eval(runs, out or str(Path(runs[0]).with_name("bpb.png")))
+        console.print(f"wrote {path}", highlight=False)
+        return
+    if accuracy:
+        from alilama_core.app.tasks import plot_accuracy
+
+        path = plot_accuracy(runs, out or str(Path(runs[0]) / "accuracy.png"))
+        console.print(f"wrote {path}", highlight=False)
+        return
     from alilama_core.app.plot import plot_runs
 
     path = plot_runs(runs, out or str(Path(runs[0]) / "loss.png"))
@@ -216,7 +242,8 @@ def quickstart_cmd(
 def register(app: typer.Typer) -> None:
     """Add the pipeline's commands to the root app."""
     app.add_typer(data_app, name="data")
-    app.command("train")(train_cmd)
+    # Unknown options are overrides too: `--model.n_layers=4` means model.n_layers=4.
+    app.command("train", context_settings={"ignore_unknown_options": True})(train_cmd)
     app.command("eval")(eval_cmd)
     app.command("plot")(plot_cmd)
     app.command("quickstart")(quickstart_cmd)

@@ -24,6 +24,15 @@ class _Group(TyperGroup):
         except AlilamaError as exc:
             err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(1) from None
+        except OSError as exc:  # the file system refused (permissions, a full disk, a file for a folder)
+            if exc.filename is None:
+                raise
+            where = f"{exc.filename!s}" + (f" -> {exc.filename2!s}" if exc.filename2 else "")
+            err_console.print(
+                f"[bold red]error:[/] {escape(exc.strerror or str(exc))}: {escape(where)}; check the path and its permissions",
+                highlight=False, soft_wrap=True,
+            )
+            raise typer.Exit(1) from None
 
 
 # Shared option aliases.

@@ -7,15 +7,46 @@ from typing import Any
 from alilama_core.config import ModelConfig
 
 
-def resolved_backend(config: ModelConfig, device_type: str = "cpu") -> str:
-    """The backend that runs for ``config`` on ``device_type`` (``auto`` resolved)."""
+SHAPES = ("decode", "short", "long")
+
+
+def _case(config: ModelConfig, device_type: str, shape: str, training: bool = False):
+    import torch
+
+    from alilama_core.interfaces import AttentionCase
     from alilama_core.registry import get_registry
 
-    if config.attention != "auto":
-        return config.attention
-    from alilama_attention.auto import choose
+    scheme = get_registry().get("positional", config.positional)
+    return AttentionCase(
+        device_type, torch.float32, config.d_model // config.n_heads, shape, scheme.kind, scheme.has_slopes,
+        training=training,
+    )
 
-    return choose(device_type, get_registry().get("positional", config.positional))
+
+def resolved_backend(config: ModelConfig, device_type: str = "cpu", shape: str = "short", training: bool = False):
+    """The backend that runs ``config``'s attention on ``device_type`` for a shape class (a router resolved)."""
+    from alilama_core.interfaces import attention_backend
+    from alilama_core.registry import get_registry
+
+    backend = attention_backend(get_registry().get("attention", config.attention))
+    if backend.resolve is None:
+        return backend
+    return backend.resolve(_case(config, device_type, shape, training))
+
+
+def route_table(config: ModelConfig, device_type: str) -> str:
+    """``decode: sdpa, short: sdpa, long: tiled, training: sdpa`` for a router on ``device_type``."""
+    parts = []
+    for shape in SHAPES:
+        try:
+            parts.append(f"{shape}: {resolved_backend(config, device_type, shape).name}")
+        except Exception as exc:  # no eligible backend: say why instead of failing the report
+            parts.append(f"{shape}: none ({exc})")
+    try:
+        parts.append(f"training: {resolved_backend(config, device_type, 'short', training=True).name}")
+    except Exception:
+        parts.append("training: none")
+    return ", ".join(parts)
 
 
 def bias_memory(config: ModelConfig) -> str:
@@ -23,24 +54,18 @@ def bias_memory(config: ModelConfig) -> str:
     from alilama_core.registry import get_registry
 
     scheme = get_registry().get("positional", config.positional)
-    name = resolved_backend(config, "cpu")
-    t, h = config.context_length, config.n_heads
     if scheme.kind != "bias":
         return f"none ({config.positional} adds no attention bias)"
-    if name in ("flash", "flex") and scheme.has_slopes:
-        return f"{h * 4} bytes of slopes ({name} applies the bias in the kernel)"
-    if name == "tiled":
-        from alilama_attention.tiled import QUERY_BLOCK
-
-        q = min(QUERY_BLOCK, t)
-        return (
-            f"{_human(h * q * q * 4)} diagonal mask (1, {h}, {q}, {q}) plus a per-block key bias of "
-            f"{h} x S floats; no T x S bias at any length ({name})"
-        )
+    backend = resolved_backend(config, "cpu", "long" if config.context_length >= 1024 else "short", training=True)
+    t, h = config.context_length, config.n_heads
+    if backend.memory is not None:
+        return f"{backend.memory(h, t)} ({backend.name})"
+    if backend.bias == "slopes":
+        return f"{h * 4} bytes of slopes ({backend.name} applies the bias in the kernel)"
     dense = h * t * t * 4
     return (
-        f"{_human(dense)} dense (1, {h}, {t}, {t}) float32 mask at T={t} ({name}), "
-        f"cached and shared by all layers; it grows as T^2 ({_human(dense * 64)} at T={8 * t})"
+        f"{_human(dense)} dense (1, {h}, {t}, {t}) float32 bias at T={t} ({backend.name}), "
+        f"computed once per forward pass and shared by all layers; it grows as T^2"
     )
 
 
@@ -78,11 +103,11 @@ def model_report(config: ModelConfig) -> dict[str, Any]:
         else:
             reason = obj.available()
             detail = f"bias={obj.bias}, " + (f"unavailable here: {reason}" if reason else "available")
-            if name == "auto":
-                detail += (
-                    f"; runs {resolved_backend(config, 'cpu')} on cpu, "
-                    f"{resolved_backend(config, 'cuda')} on cuda"
-                )
+            if obj.resolve is not None:  # a router: what it runs per shape class on this machine
+                import torch
+
+                devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+                detail += "; runs " + "; ".join(f"on {d}: {route_table(config, d)}" for d in devices)
         plugins[kind] = {
             "name": name,
             "distribution": entry.distribution,

@@ -14,11 +14,14 @@ def read_metrics(run: str | Path) -> list[dict]:
     if not path.is_file():
         raise AlilamaError(f"{str(run)!r} has no metrics.jsonl (is it a run folder that has trained?)")
     rows = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    for number, line in enumerate(lines, 1):
         if line.strip():
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as exc:
+                if number == len(lines):  # torn by a kill mid-write; resuming drops it too
+                    break
                 raise AlilamaError(f"{str(path)!r} line {number} is not valid JSON: {exc}") from None
     return rows
 
@@ -32,9 +35,10 @@ def plot_runs(runs: list[str | Path], out: str | Path) -> Path:
 
     if not runs:
         raise AlilamaError("give at least one run folder")
+    check_image_path(out)
+    metrics = [read_metrics(run) for run in runs]  # every run is readable before anything is drawn
     fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
-    for i, run in enumerate(runs):
-        rows = read_metrics(run)
+    for i, (run, rows) in enumerate(zip(runs, metrics)):
         color = f"C{i}"
         name = Path(run).name
         train = [(r["tokens"], r["train_loss"]) for r in rows if "train_loss" in r]
@@ -48,10 +52,73 @@ def plot_runs(runs: list[str | Path], out: str | Path) -> Path:
     ax.set_title("Alilama training loss")
     ax.grid(alpha=0.3)
     ax.legend()
+    return save_figure(fig, out)
+
+
+def read_eval(path: str | Path) -> list[dict]:
+    """Rows of an ``alilama eval --json`` output file."""
+    path = Path(path)
+    if not path.is_file():
+        raise AlilamaError(f"{str(path)!r} does not exist (write one with `alilama eval RUN --data FILE --json > {path.name}`)")
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise AlilamaError(f"{str(path)!r} is not the JSON that `alilama eval --json` writes: {exc}") from None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and "context_length" in r and "bpb" in r for r in rows):
+        raise AlilamaError(f"{str(path)!r} is not a list of eval rows (context_length, bpb); use `alilama eval --json`")
+    return rows
+
+
+def plot_eval(results: list[str | Path], out: str | Path, dpi: int = 120) -> Path:
+    """Bits per byte against context length, one line per eval file (and data file): the extrapolation figure."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not results:
+        raise AlilamaError("give at least one `alilama eval --json` output file")
+    check_image_path(out)
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=dpi)
+    for i, result in enumerate(results):
+        rows = read_eval(result)
+        files = sorted({r.get("file", "") for r in rows})
+        for j, data in enumerate(files):
+            points = sorted((r["context_length"], r["bpb"]) for r in rows if r.get("file", "") == data and r["bpb"] is not None)
+            label = Path(result).stem + (f" ({Path(data).name})" if len(files) > 1 else "")
+            if points:
+                ax.plot(*zip(*points), color=f"C{i}", ls=("-", "--", ":", "-.")[j % 4], marker="o", label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("context length (tokens)")
+    ax.set_ylabel("bits per byte")
+    ax.set_title("bits per byte against context length")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return save_figure(fig, out)
+
+
+def check_image_path(out: str | Path) -> None:
+    """Refuse an image path that is a folder, or runs through a file, before any work."""
+    out = Path(out)
+    if out.is_dir():
+        raise AlilamaError(f"--out {str(out)!r} is a folder; give a file path such as {str(out / 'loss.png')!r}")
+    for parent in out.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise AlilamaError(f"cannot write {str(out)!r}: {str(parent)!r} is a file, not a folder")
+            break
+
+
+def save_figure(fig, out: str | Path) -> Path:
+    """Write ``fig`` as a PNG atomically and close it; an unwritable path is a clear error."""
+    import matplotlib.pyplot as plt
+
     out = Path(out)
     try:
         with atomic_open(out, "wb") as f:
             fig.savefig(f, format="png", bbox_inches="tight")
+    except OSError as exc:
+        raise AlilamaError(f"cannot write {str(out)!r}: {exc.strerror or exc}; choose a writable --out") from None
     finally:
         plt.close(fig)
     return out

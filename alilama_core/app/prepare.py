@@ -4,17 +4,29 @@
 ``<|endoftext|>``, or one file per document), JSONL files, or a Hugging Face
 dataset, encodes them in batches with the tokenizer's threads, and appends the
 ids to ``train.bin`` and ``val.bin`` (see ``alilama_core.data`` for the format).
-It never holds the corpus in memory. The tokenizer is copied to
+It never holds the corpus in memory: a long document (a whole book) is read and
+encoded in pieces of about a million characters, cut before a line that starts
+with a visible character, where the BPE pre-tokenizer always splits, so the
+tokens are those of the whole document. The tokenizer is copied to
 ``DATA/tokenizer/`` so data and tokenizer travel together.
+
+Documents go to train or validation at random (``--val-fraction``, ``--seed``).
+When too few documents for that reach the validation split (one book, one play),
+the split is by position instead: the last ``--val-fraction`` of all tokens go
+to validation, as nanoGPT does, and ``meta.json`` says ``"split": "position"``.
+
+The output folder is written beside its final place and swapped in, locked
+against a second writer; ``overwrite`` replaces only a data folder that
+Alilama wrote (see ``alilama_core.outputs``).
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import random
 import shutil
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +35,14 @@ import numpy as np
 
 from alilama_core.data import META, SEPARATOR, DataError, token_dtype, tokenizer_hash
 from alilama_core.errors import TokenizerError
+from alilama_core.files import exclusive_lock
+from alilama_core.outputs import OutputError, check_output, mark, new_folder_beside, stale_beside, swap_in
+
+ERRORS = ("strict", "replace", "ignore")
+PIECE_CHARS = 1 << 20
+"""A document longer than this is read and encoded in pieces of about this many characters."""
+BATCH_BYTES = 8 << 20
+"""Text encoded per batch at most (bounds the memory of the ids in flight)."""
 
 # -- reading documents -------------------------------------------------------------
 
@@ -37,24 +57,61 @@ def _decode(raw: bytes, path: Path, offset: int, errors: str) -> str:
         ) from None
 
 
-def read_text_documents(path: Path, separator: str = SEPARATOR, errors: str = "strict") -> Iterator[str]:
-    """Documents of a text file: split at lines holding only ``separator``; else the whole file."""
+def check_errors(errors: str) -> None:
+    """Refuse an unknown ``--errors`` value before any work starts."""
+    if errors not in ERRORS:
+        raise DataError(f"--errors must be one of {', '.join(ERRORS)}; got {errors!r}")
+    codecs.lookup_error(errors)
+
+
+def read_text_pieces(
+    path: Path, separator: str = SEPARATOR, errors: str = "strict", piece_chars: int = PIECE_CHARS
+) -> Iterator[tuple[str, bool]]:
+    """A text file's documents as ``(text, ends_document)`` pieces, in bounded memory.
+
+    Documents are split at lines holding only ``separator`` (else the file is one
+    document) and stripped of surrounding newlines. A document longer than
+    ``piece_chars`` comes in several pieces, each cut before a line that starts
+    with a visible character; joined, the pieces are the document.
+    """
     lines: list[str] = []
-    offset = 0
+    size, offset, started = 0, 0, False
     sep = separator.encode("utf-8")
+
+    def cut(last: bool) -> Iterator[tuple[str, bool]]:
+        nonlocal lines, size, started
+        piece = "".join(lines)
+        lines, size = [], 0
+        if not started:
+            piece = piece.lstrip("\n")
+        if last:
+            piece = piece.rstrip("\n")
+        if piece or (last and started):
+            yield piece, last
+        started = False if last else started or bool(piece)
+
     with open(path, "rb") as f:
         for raw in f:
             if raw.rstrip(b"\r\n") == sep:
-                doc = "".join(lines).strip("\n")
-                if doc:
-                    yield doc
-                lines = []
+                yield from cut(last=True)
             else:
-                lines.append(_decode(raw, path, offset, errors))
+                line = _decode(raw, path, offset, errors)
+                if size >= piece_chars and line[:1] and not line[0].isspace():
+                    yield from cut(last=False)
+                lines.append(line)
+                size += len(line)
             offset += len(raw)
-    doc = "".join(lines).strip("\n")
-    if doc:
-        yield doc
+    yield from cut(last=True)
+
+
+def read_text_documents(path: Path, separator: str = SEPARATOR, errors: str = "strict") -> Iterator[str]:
+    """Documents of a text file: split at lines holding only ``separator``; else the whole file."""
+    parts: list[str] = []
+    for piece, last in read_text_pieces(path, separator, errors):
+        parts.append(piece)
+        if last:
+            yield "".join(parts)
+            parts = []
 
 
 def read_jsonl_documents(path: Path, field: str = "text", errors: str = "strict") -> Iterator[str]:
@@ -99,6 +156,32 @@ def read_hf_documents(spec: str, field: str = "text", split: str = "train") -> I
             yield record[field]
 
 
+def _files(spec: str) -> list[Path]:
+    path = Path(spec)
+    if path.is_dir():
+        return sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+    if path.is_file():
+        return [path]
+    raise DataError(f"input {spec!r} does not exist")
+
+
+def iter_pieces(
+    inputs: Sequence[str], field: str = "text", separator: str = SEPARATOR, errors: str = "strict"
+) -> Iterator[tuple[str, bool]]:
+    """Every document of ``inputs`` as ``(text, ends_document)`` pieces (see ``read_text_pieces``)."""
+    for spec in inputs:
+        if spec.startswith("hf:"):
+            for doc in read_hf_documents(spec, field):
+                yield doc, True
+            continue
+        for file in _files(spec):
+            if file.suffix == ".jsonl":
+                for doc in read_jsonl_documents(file, field, errors):
+                    yield doc, True
+            else:
+                yield from read_text_pieces(file, separator, errors)
+
+
 def iter_documents(
     inputs: Sequence[str], field: str = "text", separator: str = SEPARATOR, errors: str = "strict"
 ) -> Iterator[str]:
@@ -106,14 +189,7 @@ def iter_documents(
         if spec.startswith("hf:"):
             yield from read_hf_documents(spec, field)
             continue
-        path = Path(spec)
-        if path.is_dir():
-            files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
-        elif path.is_file():
-            files = [path]
-        else:
-            raise DataError(f"input {spec!r} does not exist")
-        for file in files:
+        for file in _files(spec):
             if file.suffix == ".jsonl":
                 yield from read_jsonl_documents(file, field, errors)
             else:
@@ -144,76 +220,170 @@ def prepare(
     overwrite: bool = False,
     progress: Callable[[int], None] | None = None,
 ) -> dict:
-    """Encode ``inputs`` into ``out``; returns the meta dict. ``progress(bytes)`` is called per batch."""
+    """Encode ``inputs`` into ``out``; returns the meta dict. ``progress(bytes)`` is called per batch.
+
+    Every argument is checked before anything is read or written.
+    """
     from alilama_core.checkpoint import load_tokenizer
 
     if not 0 <= val_fraction < 1:
         raise DataError(f"--val-fraction must be in [0, 1), got {val_fraction}")
+    check_errors(errors)
+    if not inputs:
+        raise DataError("give at least one --input")
+    for spec in inputs:
+        if not spec.startswith("hf:") and not Path(spec).exists():
+            raise DataError(f"input {spec!r} does not exist")
+    if not separator:
+        raise DataError("--separator must not be empty")
     out = Path(out)
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise DataError(f"{str(out)!r} already exists and is not empty; choose another folder or pass --overwrite")
+    check_output(out, "data", overwrite, inputs=[*inputs, str(tokenizer_dir)])
     tokenizer = load_tokenizer(tokenizer_dir)
     eot = tokenizer.eot_id
     if eot is None:
         raise TokenizerError("the tokenizer has no <|endoftext|> token; train it with --special '<|endoftext|>'")
-    dtype = token_dtype(tokenizer.vocab_size)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
     try:
-        stats = {"train": SplitStats(), "val": SplitStats()}
-        rng = random.Random(seed)
-        files = {name: open(work / f"{name}.bin", "wb") for name in stats}
+        lock = exclusive_lock(out, "data folder")
+        lock.__enter__()
+    except OSError as exc:
+        raise OutputError(f"cannot write the data folder {str(out)!r}: {exc.strerror or exc}") from None
+    try:
+        check_output(out, "data", overwrite, inputs=[*inputs, str(tokenizer_dir)])  # again, under the lock
+        for stale in stale_beside(out):
+            shutil.rmtree(stale, ignore_errors=True)
+        work = new_folder_beside(out, "data folder")
         try:
-            batch: list[str] = []
-
-            def flush() -> None:
-                encoded = tokenizer.encode_batch(batch, threads=threads, allowed_special="none")
-                for doc, ids in zip(batch, encoded):
-                    split = "val" if rng.random() < val_fraction else "train"
-                    arr = np.asarray([*ids, eot], dtype=dtype)
-                    arr.tofile(files[split])
-                    s = stats[split]
-                    s.tokens += arr.size
-                    s.bytes += len(doc.encode("utf-8"))
-                    s.documents += 1
-                if progress:
-                    progress(sum(len(d.encode("utf-8")) for d in batch))
-                batch.clear()
-
-            for doc in iter_documents(inputs, field, separator, errors):
-                batch.append(doc)
-                if len(batch) >= batch_documents:
-                    flush()
-            if batch:
-                flush()
-        finally:
-            for f in files.values():
-                f.close()
-        if stats["train"].documents == 0:
-            raise DataError(f"no documents found in {', '.join(map(str, inputs))}: the input is empty")
-        if val_fraction > 0 and stats["val"].documents == 0:
-            # Tiny corpora: move nothing silently; say what happened.
-            raise DataError(
-                f"no document fell into the validation split ({stats['train'].documents} documents, "
-                f"--val-fraction {val_fraction}); add data or raise --val-fraction"
+            meta = _encode_into(
+                work,
+                inputs,
+                tokenizer,
+                tokenizer_dir,
+                val_fraction,
+                field,
+                separator,
+                errors,
+                seed,
+                threads,
+                batch_documents,
+                progress,
             )
-        shutil.copytree(tokenizer_dir, work / "tokenizer")
-        meta = {
-            "format": 1,
-            "tokenizer_hash": tokenizer_hash(work / "tokenizer"),
-            "vocab_size": tokenizer.vocab_size,
-            "eot_id": eot,
-            "dtype": dtype.name,
-            "val_fraction": val_fraction,
-            "seed": seed,
-            "sources": [str(i) for i in inputs],
-            "splits": {name: vars(s) for name, s in stats.items()},
-        }
-        (work / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(work, out)
-        return meta
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
+            mark(work, "data")
+            swap_in(work, out)
+            return meta
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+    finally:
+        lock.__exit__(None, None, None)
+
+
+def _encode_into(
+    work,
+    inputs,
+    tokenizer,
+    tokenizer_dir,
+    val_fraction,
+    field,
+    separator,
+    errors,
+    seed,
+    threads,
+    batch_documents,
+    progress,
+) -> dict:
+    eot = tokenizer.eot_id
+    dtype = token_dtype(tokenizer.vocab_size)
+    stats = {"train": SplitStats(), "val": SplitStats()}
+    rng = random.Random(seed)
+    files = {name: open(work / f"{name}.bin", "wb") for name in stats}
+    try:
+        batch: list[tuple[str, str, bool]] = []  # (text, split, ends_document)
+        batch_bytes = 0
+
+        def flush() -> None:
+            encoded = tokenizer.encode_batch([text for text, _, _ in batch], threads=threads, allowed_special="none")
+            size = 0
+            for i, ((text, split, last), ids) in enumerate(zip(batch, encoded)):
+                arr = np.asarray(ids, dtype=dtype)
+                encoded[i] = None  # free each piece's ids as soon as they are written
+                if last:
+                    arr = np.append(arr, np.asarray(eot, dtype=dtype))
+                arr.tofile(files[split])
+                s = stats[split]
+                s.tokens += arr.size
+                n = len(text.encode("utf-8"))
+                s.bytes += n
+                s.documents += last
+                size += n
+            if progress:
+                progress(size)
+            batch.clear()
+
+        split = None
+        for text, last in iter_pieces(inputs, field, separator, errors):
+            if split is None:  # a new document: one draw per document, in order
+                split = "val" if rng.random() < val_fraction else "train"
+            batch.append((text, split, last))
+            batch_bytes += len(text)
+            if last:
+                split = None
+            if len(batch) >= batch_documents or batch_bytes >= BATCH_BYTES:
+                flush()
+                batch_bytes = 0
+        if batch:
+            flush()
+    finally:
+        for f in files.values():
+            f.close()
+    documents = stats["train"].documents + stats["val"].documents
+    if documents == 0:
+        raise DataError(f"no documents found in {', '.join(map(str, inputs))}: the input is empty")
+    how = "documents"
+    if val_fraction > 0 and stats["val"].documents == 0:
+        how = "position"  # one book, one play: nanoGPT's split
+        _split_by_position(work, dtype, stats, val_fraction, tokenizer)
+        if stats["val"].tokens == 0 or stats["train"].tokens == 0:
+            raise DataError(
+                f"the input holds {stats['train'].tokens + stats['val'].tokens} tokens: too few to split "
+                f"with --val-fraction {val_fraction}; add data"
+            )
+    shutil.copytree(tokenizer_dir, work / "tokenizer", ignore=shutil.ignore_patterns(".*"))
+    meta = {
+        "format": 1,
+        "tokenizer_hash": tokenizer_hash(work / "tokenizer"),
+        "vocab_size": tokenizer.vocab_size,
+        "eot_id": eot,
+        "dtype": dtype.name,
+        "val_fraction": val_fraction,
+        "split": how,
+        "seed": seed,
+        "sources": [str(i) for i in inputs],
+        "splits": {name: vars(s) for name, s in stats.items()},
+    }
+    (work / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    return meta
+
+
+def _split_by_position(
+    work: Path, dtype: np.dtype, stats: dict, val_fraction: float, tokenizer, block: int = 1 << 20
+) -> None:
+    """Move the last ``val_fraction`` of ``train.bin``'s tokens to ``val.bin``, a block at a time."""
+    train = work / "train.bin"
+    n = train.stat().st_size // dtype.itemsize
+    cut = n - int(round(n * val_fraction))
+    specials = set(tokenizer.special_tokens.values())  # special tokens count zero bytes, as in eval
+    byte_lengths = np.array(
+        [0 if i in specials else len(tokenizer.decode_bytes([i])) for i in range(tokenizer.vocab_size)], dtype=np.int64
+    )
+    moved_bytes = 0
+    tokens = np.memmap(train, dtype=dtype, mode="r") if n else np.zeros(0, dtype)
+    with open(work / "val.bin", "wb") as f:
+        for start in range(cut, n, block):
+            chunk = np.asarray(tokens[start : start + block])
+            chunk.tofile(f)
+            moved_bytes += int(byte_lengths[chunk].sum())
+    del tokens
+    os.truncate(train, cut * dtype.itemsize)
+    t, v = stats["train"], stats["val"]
+    v.tokens, v.bytes = n - cut, moved_bytes
+    t.tokens, t.bytes = cut, t.bytes - moved_bytes

@@ -32,8 +32,81 @@ def quickstart_config(vocab_size: int) -> cfgmod.Config:
     return cfg
 
 
-def seconds_per_step(cfg: cfgmod.Config, steps: int = 3) -> float:
-    """Time a few training steps of ``cfg``'s model on random tokens."""
+def replan(step: int, elapsed: float, budget: float, max_steps: int, warmup: int) -> int:
+    """The step count that fills ``budget`` seconds of training, at the rate seen so far.
+
+    During warm-up the plan may grow or shrink (the learning rate there depends
+    on the step alone); after it, the plan only shrinks, so the cosine's progress
+    never goes back and the learning rate never rises again.
+
+    >>> replan(step=20, elapsed=10.0, budget=100.0, max_steps=100, warmup=30)  # 0.5 s a step
+    200
+    >>> replan(step=100, elapsed=80.0, budget=100.0, max_steps=400, warmup=30)  # slower than planned
+    125
+    """
+    if step <= 0 or elapsed <= 0:
+        return max_steps
+    target = step + int(max(0.0, budget - elapsed) / (elapsed / step))
+    if step < warmup:
+        return max(target, warmup + 1)
+    return max(step + 1, min(max_steps, target))
+
+
+class StepPlanner:
+    """Re-plans ``train.max_steps`` while the trainer runs, from the run's own ``metrics.jsonl``.
+
+    The trainer reads ``train.max_steps`` at every step, so the budget is spent
+    on the machine's real speed rather than on a guess made while it was busy.
+    """
+
+    def __init__(self, train_cfg, metrics: Path, budget: float, poll: float = 1.0) -> None:
+        import threading
+
+        self.cfg, self.metrics, self.budget, self.poll = train_cfg, Path(metrics), budget, poll
+        self.plans: list[int] = [train_cfg.max_steps]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="quickstart-planner", daemon=True)
+
+    def update(self) -> None:
+        """Read the last logged step and re-plan once."""
+        import json
+
+        try:
+            lines = self.metrics.read_text(encoding="utf-8").splitlines()
+        except OSError:
+            return
+        for line in reversed(lines):
+            try:
+                row = json.loads(line)
+            except ValueError:  # a line being written
+                continue
+            if "elapsed_s" in row:
+                planned = replan(row["step"], row["elapsed_s"], self.budget, self.cfg.max_steps, self.cfg.warmup_steps)
+                if planned != self.cfg.max_steps:
+                    self.cfg.eval_every = max(10, planned // 4)
+                    self.cfg.max_steps = planned
+                    self.plans.append(planned)
+                return
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll):
+            self.update()
+
+    def __enter__(self) -> "StepPlanner":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def seconds_per_step(cfg: cfgmod.Config, steps: int = 5) -> float:
+    """Time a few training steps of ``cfg``'s model on random tokens: the fastest, a steady estimate.
+
+    On a busy machine the median overstates a step; the training loop corrects
+    the plan either way (``StepPlanner``).
+    """
     from alilama_core.model import build_model
 
     model = build_model(cfg.model)
@@ -47,7 +120,7 @@ def seconds_per_step(cfg: cfgmod.Config, steps: int = 3) -> float:
         opt.step()
         opt.zero_grad()
         times.append(time.perf_counter() - start)
-    return sorted(times[1:])[len(times[1:]) // 2]
+    return min(times[1:])
 
 
 def run_quickstart(out, data=None, steps=None, minutes=3.5, stories=20000, overwrite=True, echo=print) -> dict:
@@ -89,16 +162,27 @@ def run_quickstart(out, data=None, steps=None, minutes=3.5, stories=20000, overw
     )
 
     cfg = quickstart_config(tokenizer.vocab_size)
-    if steps is None:
+    budget = minutes * 60 / 1.15  # training seconds; the rest is room for evals and samples
+    planned = steps is None
+    if planned:
         per_step = seconds_per_step(cfg)
-        steps = max(20, int(minutes * 60 / (per_step * 1.15)))  # leave room for evals and samples
-        echo(f"[4/5] training {steps} steps (~{per_step:.2f} s each on this machine)")
+        steps = max(cfg.train.warmup_steps + 10, int(budget / per_step))
+        echo(f"[4/5] training for {minutes:.1f} min: {steps} steps planned (~{per_step:.2f} s each), re-planned as it runs")
     else:
         echo(f"[4/5] training {steps} steps")
     cfg.train.max_steps = steps
     cfg.train.eval_every = max(10, steps // 4)
     cfg.train.max_time = minutes * 60 * 1.2
-    result = get_trainer("default")(cfg, echo=echo).fit(str(out / "data"), str(run), overwrite=True)
+    trainer = get_trainer("default")(cfg, echo=echo)
+    if planned:
+        (run / "metrics.jsonl").unlink(missing_ok=True)  # only this run's rows drive the plan
+        with StepPlanner(cfg.train, run / "metrics.jsonl", budget) as planner:
+            result = trainer.fit(str(out / "data"), str(run), overwrite=True)
+        if len(planner.plans) > 1:
+            first, last, n = planner.plans[0], planner.plans[-1], len(planner.plans) - 1
+            echo(f"re-planned the step budget {n} time(s) as the step rate settled: {first} -> {last} steps")
+    else:
+        result = trainer.fit(str(out / "data"), str(run), overwrite=True)
     curve = plot_runs([run], run / "loss.png")
 
     loaded = load_run(run)

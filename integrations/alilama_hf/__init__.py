@@ -1,8 +1,9 @@
 """Hugging Face integration: transformers classes, Hub export and push, the model card.
 
-Importing ``alilama_hf`` registers ``AlilamaConfig``, ``AlilamaModel`` and
-``AlilamaForCausalLM`` with ``AutoConfig``, ``AutoModel`` and
-``AutoModelForCausalLM``, so exported folders load without remote code where
+Importing ``alilama_hf`` registers ``AlilamaConfig``, ``AlilamaModel``,
+``AlilamaForCausalLM`` and ``AlilamaForSequenceClassification`` with
+``AutoConfig``, ``AutoModel``, ``AutoModelForCausalLM`` and
+``AutoModelForSequenceClassification``, so exported folders load without remote code where
 Alilama is installed::
 
     import alilama_hf
@@ -13,7 +14,7 @@ transformers and torch take seconds to import and the plugin registry imports
 this module whenever the CLI starts, so the registration waits for
 transformers: it happens at once if transformers is already imported,
 otherwise right after it is (an import hook, removed once it has run).
-Commands added to the CLI: ``alilama export hf RUN OUT`` and
+Commands added to the CLI: ``alilama export hf RUN OUT [--format auto|native|remote-code]`` and
 ``alilama push RUN --repo USER/NAME``.
 """
 
@@ -30,6 +31,7 @@ from alilama_core.hookspecs import hookimpl
 __all__ = [
     "AlilamaConfig",
     "AlilamaForCausalLM",
+    "AlilamaForSequenceClassification",
     "AlilamaModel",
     "AlilamaPreTrainedModel",
     "register_auto_classes",
@@ -39,6 +41,7 @@ _LAZY = {
     "AlilamaConfig": "alilama_hf.configuration_alilama",
     "AlilamaModel": "alilama_hf.modeling_alilama",
     "AlilamaForCausalLM": "alilama_hf.modeling_alilama",
+    "AlilamaForSequenceClassification": "alilama_hf.modeling_alilama",
     "AlilamaPreTrainedModel": "alilama_hf.modeling_alilama",
 }
 _registered = False
@@ -52,15 +55,21 @@ def register_auto_classes() -> bool:
         if _registered:
             return True
         try:
-            from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+            from transformers import (
+                AutoConfig,
+                AutoModel,
+                AutoModelForCausalLM,
+                AutoModelForSequenceClassification,
+            )
         except ImportError:
             return False
         from alilama_hf.configuration_alilama import AlilamaConfig
-        from alilama_hf.modeling_alilama import AlilamaForCausalLM, AlilamaModel
+        from alilama_hf.modeling_alilama import AlilamaForCausalLM, AlilamaForSequenceClassification, AlilamaModel
 
         AutoConfig.register(AlilamaConfig.model_type, AlilamaConfig, exist_ok=True)
         AutoModel.register(AlilamaConfig, AlilamaModel, exist_ok=True)
         AutoModelForCausalLM.register(AlilamaConfig, AlilamaForCausalLM, exist_ok=True)
+        AutoModelForSequenceClassification.register(AlilamaConfig, AlilamaForSequenceClassification, exist_ok=True)
         _registered = True
         return True
 
@@ -149,24 +158,49 @@ def register_commands(app):
     def export_hf(
         run: Annotated[str, typer.Argument(help="Run folder (uses RUN/final, else the latest checkpoint).")],
         out: Annotated[str, typer.Argument(help="Folder to write (config.json, model.safetensors, tokenizer, card).")],
-        checkpoint: Annotated[Optional[str], typer.Option("--checkpoint", help="Checkpoint folder name, e.g. step-00001000.")] = None,
-        repo_id: Annotated[Optional[str], typer.Option("--repo-id", help="USER/NAME to show in the card's usage snippet.")] = None,
-        license: Annotated[str, typer.Option("--license", help="License id for the model card.")] = "mit",
-        dataset: Annotated[Optional[list[str]], typer.Option("--dataset", help="Hub dataset id for the card (repeatable).")] = None,
+        format: Annotated[
+            str,
+            typer.Option(
+                "--format",
+                help="auto (a transformers architecture where exact, else remote code), native or remote-code.",
+            ),
+        ] = "auto",
+        checkpoint: Annotated[
+            Optional[str], typer.Option("--checkpoint", help="Checkpoint folder name, e.g. step-00001000.")
+        ] = None,
+        repo_id: Annotated[
+            Optional[str], typer.Option("--repo-id", help="USER/NAME: the card's title and usage snippet.")
+        ] = None,
+        license: Annotated[
+            Optional[str],
+            typer.Option("--license", help="Hub license id for the card (mit, apache-2.0, ...); none by default."),
+        ] = None,
+        dataset: Annotated[
+            Optional[list[str]], typer.Option("--dataset", help="Hub dataset id for the card (repeatable).")
+        ] = None,
         force: Annotated[bool, typer.Option("--force", help="Write into a folder that is not empty.")] = False,
     ) -> None:
         """Write a Hugging Face model folder: AutoModelForCausalLM and AutoTokenizer load it."""
         from alilama_core.errors import AlilamaError
 
         try:
-            from alilama_hf.export import export
+            from alilama_hf.export import export, exported_format
         except ImportError as exc:
             raise AlilamaError(f"exporting needs the Hugging Face extras: pip install 'alilama[hf]' ({exc})") from None
         path = export(
-            run, out, checkpoint=checkpoint, repo_id=repo_id, license=license, datasets=dataset, overwrite=force
+            run,
+            out,
+            checkpoint=checkpoint,
+            repo_id=repo_id,
+            license=license,
+            datasets=dataset,
+            overwrite=force,
+            format=format,
         )
         files = ", ".join(sorted(p.name for p in path.iterdir()))
-        typer.echo(f"exported {run} to {path}: {files}")
+        typer.echo(f"exported {run} to {path} as {exported_format(path)}: {files}")
+        if license is None:
+            typer.echo("note: no --license given; the model card says so (add one before publishing)")
 
     app.add_typer(export_app, name="export")
 
@@ -175,10 +209,19 @@ def register_commands(app):
         run: Annotated[str, typer.Argument(help="Run folder to export and upload.")],
         repo: Annotated[str, typer.Option("--repo", help="Hub repository, USER/NAME (created if missing).")],
         private: Annotated[bool, typer.Option("--private", help="Create the repository as private.")] = False,
-        revision: Annotated[Optional[str], typer.Option("--revision", help="Branch to push to (created if missing).")] = None,
+        revision: Annotated[
+            Optional[str], typer.Option("--revision", help="Branch to push to (created if missing).")
+        ] = None,
         checkpoint: Annotated[Optional[str], typer.Option("--checkpoint", help="Checkpoint folder name.")] = None,
-        license: Annotated[str, typer.Option("--license", help="License id for the model card.")] = "mit",
-        dataset: Annotated[Optional[list[str]], typer.Option("--dataset", help="Hub dataset id for the card (repeatable).")] = None,
+        format: Annotated[
+            str, typer.Option("--format", help="auto, native or remote-code (see `alilama export hf`).")
+        ] = "auto",
+        license: Annotated[
+            Optional[str], typer.Option("--license", help="Hub license id for the model card; none by default.")
+        ] = None,
+        dataset: Annotated[
+            Optional[list[str]], typer.Option("--dataset", help="Hub dataset id for the card (repeatable).")
+        ] = None,
     ) -> None:
         """Export a run and upload it to the Hugging Face Hub with your usual token."""
         from alilama_core.errors import AlilamaError
@@ -188,6 +231,13 @@ def register_commands(app):
         except ImportError as exc:
             raise AlilamaError(f"pushing needs the Hugging Face extras: pip install 'alilama[hf]' ({exc})") from None
         url = push(
-            run, repo, private=private, revision=revision, checkpoint=checkpoint, license=license, datasets=dataset
+            run,
+            repo,
+            private=private,
+            revision=revision,
+            checkpoint=checkpoint,
+            license=license,
+            datasets=dataset,
+            format=format,
         )
         typer.echo(f"pushed {run} to https://huggingface.co/{repo}: {url}")

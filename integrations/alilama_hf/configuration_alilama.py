@@ -3,11 +3,12 @@
 This file is copied beside exported weights and runs as remote code on
 machines without Alilama, so it imports only transformers. The field names
 are Alilama's own; the standard transformers names (``hidden_size``,
-``num_hidden_layers``, ...) are aliases through ``attribute_map``::
+``num_hidden_layers``, ``max_position_embeddings``, ...) are aliases through
+``attribute_map``::
 
     >>> cfg = AlilamaConfig(d_model=64, n_layers=2, n_heads=4, positional="rope")
-    >>> cfg.hidden_size, cfg.num_hidden_layers, cfg.tie_word_embeddings
-    (64, 2, True)
+    >>> cfg.hidden_size, cfg.num_hidden_layers, cfg.max_position_embeddings, cfg.tie_word_embeddings
+    (64, 2, 128, True)
 """
 
 from __future__ import annotations
@@ -23,13 +24,18 @@ POSITIONAL_SCHEMES = ("alibi", "rope", "learned", "nope")
 class AlilamaConfig(PreTrainedConfig):
     """The fields of ``alilama_core.config.ModelConfig``, plus the token ids generation needs.
 
-    ``positional`` is one of ``alibi``, ``rope``, ``learned``, ``nope``.
-    ``attention`` records the training backend; here attention follows
-    ``attn_implementation`` (``"sdpa"`` by default, ``"eager"`` spelt out).
-    The output head is always tied to the token embedding. ``context_length``
-    is the training context; only ``learned`` positions cannot go past it, so
-    it is deliberately not aliased as ``max_position_embeddings`` (which
-    would make ``generate`` warn for the schemes that extrapolate).
+    ``positional`` is one of ``alibi``, ``rope``, ``learned``, ``nope``, or the
+    name of a plugin scheme whose standalone module ships beside this file:
+    ``positional_module`` names that file (without ``.py``) and
+    ``positional_class`` the class in it; ``positional_options`` holds the
+    scheme's own settings. ``attention`` records the training backend; here
+    attention follows ``attn_implementation`` (``"sdpa"`` by default).
+    The output head is always tied to the token embedding.
+
+    ``context_length`` (alias ``max_position_embeddings``) is the training
+    context. For learned positions it is a hard limit (the table's size); for
+    ALiBi, RoPE and NoPE it is only the length the model was trained on:
+    they run past it (``generate`` then warns once).
     """
 
     model_type = "alilama"
@@ -40,6 +46,7 @@ class AlilamaConfig(PreTrainedConfig):
         "num_attention_heads": "n_heads",
         "intermediate_size": "d_mlp",
         "layer_norm_eps": "norm_eps",
+        "max_position_embeddings": "context_length",
     }
 
     def __init__(
@@ -54,9 +61,13 @@ class AlilamaConfig(PreTrainedConfig):
         attention: str = "auto",
         dropout: float = 0.0,
         bias: bool = True,
+        norm_bias: bool = True,
         norm_eps: float = 1e-5,
         rope_theta: float = 10000.0,
         init_std: float | None = None,
+        positional_module: str | None = None,
+        positional_class: str | None = None,
+        positional_options: dict | None = None,
         bos_token_id: int | None = None,
         eos_token_id: int | None = None,
         pad_token_id: int | None = None,
@@ -64,10 +75,11 @@ class AlilamaConfig(PreTrainedConfig):
         tie_word_embeddings: bool = True,
         **kwargs,
     ):
-        if positional not in POSITIONAL_SCHEMES:
+        if positional not in POSITIONAL_SCHEMES and not (positional_module and positional_class):
             raise ValueError(
-                f"positional must be one of {', '.join(POSITIONAL_SCHEMES)}, got {positional!r} "
-                "(a third-party scheme needs its own modeling code)"
+                f"positional must be one of {', '.join(POSITIONAL_SCHEMES)}, got {positional!r}: a plugin "
+                "scheme needs positional_module and positional_class (its standalone module, written by "
+                "`alilama export hf`)"
             )
         if d_model % n_heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
@@ -85,9 +97,13 @@ class AlilamaConfig(PreTrainedConfig):
         self.attention = attention
         self.dropout = dropout
         self.bias = bias
+        self.norm_bias = norm_bias
         self.norm_eps = norm_eps
         self.rope_theta = rope_theta
         self.init_std = init_std
+        self.positional_module = positional_module
+        self.positional_class = positional_class
+        self.positional_options = dict(positional_options or {})
         self.bos_token_id = bos_token_id
         self.eos_token_id = eos_token_id
         self.pad_token_id = pad_token_id

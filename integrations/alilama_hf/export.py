@@ -1,29 +1,39 @@
 """Export a trained run as a Hugging Face model folder (``alilama export hf RUN OUT``).
 
-The folder holds everything a Hub user needs, on a machine without Alilama::
+Two formats; ``--format auto`` (the default) picks the first that is exact:
 
-    OUT/config.json               AlilamaConfig, with auto_map pointing at the copied code
+- ``native``: transformers' own architecture (``MptForCausalLM`` for ALiBi
+  without biases, ``GPT2LMHeadModel`` for learned positions,
+  ``GPTNeoXForCausalLM`` for RoPE; see ``alilama_hf.native``). No code in the
+  folder, no ``trust_remote_code``; the export checks the logits before
+  writing.
+- ``remote-code``: ``AlilamaConfig`` and the modeling code copied beside the
+  weights (and a plugin scheme's standalone module), loaded with
+  ``trust_remote_code=True``.
+
+The folder::
+
+    OUT/config.json               the architecture's config (remote code: auto_map to the copied code)
     OUT/model.safetensors         weights under transformers names; the tied head is not stored
     OUT/generation_config.json    bos/eos/pad ids
-    OUT/configuration_alilama.py  the config class   (remote code)
-    OUT/modeling_alilama.py       the model classes  (remote code)
+    OUT/configuration_alilama.py  remote code only
+    OUT/modeling_alilama.py       remote code only
+    OUT/positional_NAME.py        remote code with a plugin scheme: its standalone module
     OUT/tokenizer.json            byte-level BPE for the tokenizers library
-    OUT/tokenizer_config.json     PreTrainedTokenizerFast, special tokens set to <|endoftext|>
+    OUT/tokenizer_config.json     PreTrainedTokenizerFast, special tokens and model_max_length
     OUT/special_tokens_map.json
     OUT/README.md                 the model card
-
-so that::
-
-    tok = AutoTokenizer.from_pretrained(OUT)
-    model = AutoModelForCausalLM.from_pretrained(OUT, trust_remote_code=True)
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
+import re
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,18 +45,23 @@ AUTO_MAP = {
     "AutoConfig": "configuration_alilama.AlilamaConfig",
     "AutoModel": "modeling_alilama.AlilamaModel",
     "AutoModelForCausalLM": "modeling_alilama.AlilamaForCausalLM",
+    "AutoModelForSequenceClassification": "modeling_alilama.AlilamaForSequenceClassification",
 }
+FORMATS = ("auto", "native", "remote-code")
+BUILTIN_SCHEMES = ("alibi", "rope", "learned", "nope")
+NATIVE_TOLERANCE = 1e-4
+"""Largest logit difference the export accepts between Alilama and the native architecture (seen: ~1e-6)."""
 EOT = "<|endoftext|>"
 SCHEME_TEXT = {
     "alibi": (
         "ALiBi (Press et al., 2022): no position embedding; each head adds `-m_h * (i - j)` to the "
         "attention score of query `i` on key `j`, with fixed slopes `m_h`. The model can generate "
-        "past its training context."
+        "past its training context ({context_length} tokens)."
     ),
     "rope": (
         "RoPE (Su et al., 2021), GPT-NeoX half rotation, theta = {rope_theta:g}: queries and keys "
-        "are rotated by their position. The model can generate past its training context, though "
-        "quality usually drops there."
+        "are rotated by their position. The model can generate past its training context "
+        "({context_length} tokens), though quality usually drops there."
     ),
     "learned": (
         "Learned absolute positions (as in GPT-2): a table of {context_length} vectors added to the "
@@ -61,25 +76,29 @@ SCHEME_TEXT = {
 _PREFIXES = (  # (Alilama, transformers) name prefixes
     ("tok_emb.", "model.embed_tokens."),
     ("positional.table.", "model.embed_positions."),
+    ("positional.", "model.positional."),
     ("blocks.", "model.layers."),
     ("ln_f.", "model.norm."),
 )
+_PLUGIN_PREFIXES = tuple(p for p in _PREFIXES if p[0] != "positional.table.")
 _TIED = {"head.weight", "lm_head.weight"}
 
 
-def to_hf_state_dict(state: dict[str, Any]) -> dict[str, Any]:
+def to_hf_state_dict(state: dict[str, Any], plugin: bool = False) -> dict[str, Any]:
     """Alilama ``GPT`` state dict to ``AlilamaForCausalLM`` names; the tied head is left out.
+
+    ``plugin``: the positional scheme is a plugin's, all its weights go to ``model.positional``.
 
     >>> sorted(to_hf_state_dict({"tok_emb.weight": 0, "head.weight": 0, "blocks.0.attn.qkv.bias": 1}))
     ['model.embed_tokens.weight', 'model.layers.0.attn.qkv.bias']
     """
-    return _rename(state, _PREFIXES)
+    return _rename(state, _PLUGIN_PREFIXES if plugin else _PREFIXES)
 
 
-def from_hf_state_dict(state: dict[str, Any]) -> dict[str, Any]:
+def from_hf_state_dict(state: dict[str, Any], plugin: bool = False) -> dict[str, Any]:
     """``AlilamaForCausalLM`` (or ``AlilamaModel``) state dict back to Alilama ``GPT`` names."""
     state = {k if k.startswith(("model.", "lm_head.")) else f"model.{k}": v for k, v in state.items()}
-    return _rename(state, tuple((b, a) for a, b in _PREFIXES))
+    return _rename(state, tuple((b, a) for a, b in (_PLUGIN_PREFIXES if plugin else _PREFIXES)))
 
 
 def _rename(state: dict[str, Any], prefixes) -> dict[str, Any]:
@@ -92,23 +111,60 @@ def _rename(state: dict[str, Any], prefixes) -> dict[str, Any]:
                 out[new + key[len(old) :]] = value
                 break
         else:
-            raise AlilamaError(f"cannot map weight {key!r}: not part of Alilama's built-in GPT")
+            raise AlilamaError(f"cannot map weight {key!r}: not part of Alilama's GPT")
     return out
+
+
+# -- plugin schemes ------------------------------------------------------------------------
+
+
+def plugin_module(positional: str) -> tuple[str, str, Path]:
+    """``(module name, class name, source file)`` of a plugin scheme's standalone module.
+
+    The module is registered in-process under that name, so ``hf_model`` can build the model.
+    """
+    from alilama_core.registry import get_positional
+
+    from alilama_hf.modeling_alilama import register_positional_class
+
+    cls = get_positional(positional)
+    source = cls.export_source()  # declared on PositionalScheme: None when the scheme cannot be exported
+    if not source:
+        raise AlilamaError(
+            f"positional scheme {positional!r} ({cls.__module__}.{cls.__name__}) gives no standalone module "
+            "to export: its class must define the classmethod export_source() (see docs/plugins.md)"
+        )
+    source = Path(source)
+    if not source.is_file() or source.suffix != ".py":
+        raise AlilamaError(f"{cls.__name__}.export_source() must name a .py file; {str(source)!r} is not one")
+    name = "positional_" + re.sub(r"\W", "_", positional).lower()
+    spec = importlib.util.spec_from_file_location(f"alilama_hf._exported.{name}", source)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    standalone = getattr(module, cls.__name__, None)
+    if standalone is None:
+        raise AlilamaError(f"{source} defines no class {cls.__name__!r} (the name of the scheme's class)")
+    register_positional_class(name, standalone)
+    return name, cls.__name__, source
+
+
+# -- models --------------------------------------------------------------------------------
 
 
 def hf_config(model_config, tokenizer=None, **extra):
     """An ``AlilamaConfig`` from Alilama's ``ModelConfig`` (and the tokenizer's end-of-text id)."""
     from dataclasses import asdict
 
-    from alilama_hf.configuration_alilama import POSITIONAL_SCHEMES, AlilamaConfig
+    from alilama_hf.configuration_alilama import AlilamaConfig
 
     fields = asdict(model_config)
-    if fields["positional"] not in POSITIONAL_SCHEMES:
-        raise AlilamaError(
-            f"positional scheme {fields['positional']!r} comes from a plugin; the exported modeling code "
-            f"knows only {', '.join(POSITIONAL_SCHEMES)}"
-        )
-    eot = getattr(tokenizer, "eot_id", None) if tokenizer is not None else None
+    fields.pop("attention_options", None)  # how attention is computed, not what
+    fields["rope_theta"] = model_config.rope_theta  # rope's theta, from model.positional_options
+    if fields["positional"] not in BUILTIN_SCHEMES and "positional_module" not in extra:
+        name, cls_name, _ = plugin_module(fields["positional"])
+        extra = {**extra, "positional_module": name, "positional_class": cls_name}
+    eot = tokenizer.eot_id if tokenizer is not None else None
     ids = dict(bos_token_id=eot, eos_token_id=eot, pad_token_id=eot)
     return AlilamaConfig(**fields, **ids, **extra)
 
@@ -124,12 +180,41 @@ def hf_model(model, tokenizer=None):
     with torch.device("cpu"):
         hf = AlilamaForCausalLM(config)
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    missing, unexpected = hf.load_state_dict(to_hf_state_dict(state), strict=False)
+    plugin = model.config.positional not in BUILTIN_SCHEMES
+    missing, unexpected = hf.load_state_dict(to_hf_state_dict(state, plugin=plugin), strict=False)
     missing = [k for k in missing if k != "lm_head.weight"]
     if missing or unexpected:
         raise AlilamaError(f"weights do not match the Hugging Face model: missing {missing}, unexpected {unexpected}")
     hf.tie_weights()
     return hf.eval()
+
+
+def choose_format(model, tokenizer, format: str = "auto"):
+    """``(format, transformers model, note)``: the native architecture where exact, else remote code."""
+    from alilama_hf import native
+
+    if format not in FORMATS:
+        raise AlilamaError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}")
+    eot = tokenizer.eot_id if tokenizer is not None else None
+    if format in ("auto", "native"):
+        reason = native.native_reason(model.config)
+        if reason is None:
+            hf = native.native_model(model, eot)
+            diff = native.max_logit_diff(model, hf, native.probe_ids(model.config))
+            if diff <= NATIVE_TOLERANCE:
+                return "native", hf, f"logits checked against Alilama's: largest difference {diff:.1e}"
+            reason = f"its logits differ from Alilama's by {diff:.2e} (more than {NATIVE_TOLERANCE:g})"
+        if format == "native":
+            raise AlilamaError(f"cannot export as a transformers architecture: {reason}; use --format remote-code")
+        note = f"not a transformers architecture: {reason}"
+    else:
+        reason = native.native_reason(model.config)
+        note = "remote code asked for" + (
+            " (it is also exact as a transformers architecture: --format native)"
+            if reason is None
+            else f"; not a transformers architecture: {reason}"
+        )
+    return "remote-code", hf_model(model, tokenizer), note
 
 
 # -- the folder ----------------------------------------------------------------------------
@@ -141,49 +226,78 @@ def export(
     *,
     checkpoint: str | None = None,
     repo_id: str | None = None,
-    license: str = "mit",
+    license: str | None = None,
     datasets: list[str] | None = None,
     overwrite: bool = False,
+    format: str = "auto",
 ) -> Path:
-    """Write the Hugging Face folder for ``run`` into ``out``; returns ``out``."""
+    """Write the Hugging Face folder for ``run`` into ``out``; returns ``out``.
+
+    ``format``: ``auto`` (native where exact, else remote code), ``native`` or
+    ``remote-code``. ``license``: a Hub license id for the card (``None``: the
+    card says that no license was given).
+    """
     from transformers import GenerationConfig
 
     import alilama_hf
     from alilama_core.checkpoint import load_run
 
     alilama_hf.register_auto_classes()
+    if license is not None and not re.fullmatch(r"[a-z0-9][a-z0-9.+-]*", license):
+        raise AlilamaError(f"--license must be a Hub license id such as mit, apache-2.0 or cc-by-4.0, got {license!r}")
+    if format not in FORMATS:
+        raise AlilamaError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}")
     out = Path(out)
     if out.exists() and any(out.iterdir()) and not overwrite:
         raise AlilamaError(f"{str(out)!r} exists and is not empty; choose another folder or pass --force")
     loaded = load_run(run, checkpoint=checkpoint)
     tok = loaded.tokenizer
-    if not hasattr(tok, "save_hf"):
-        raise AlilamaError(f"the run's tokenizer ({type(tok).__name__}) cannot write a Hugging Face tokenizer.json")
+    if not tok.hf_export:  # an optional capability the tokenizer declares
+        raise AlilamaError(
+            f"the run's tokenizer (kind {tok.name!r}) cannot write a Hugging Face tokenizer.json; "
+            "export needs a tokenizer that declares hf_export"
+        )
     if tok.vocab_size > loaded.config.model.vocab_size:
         raise AlilamaError(
             f"the tokenizer has {tok.vocab_size} tokens but the model only {loaded.config.model.vocab_size}"
         )
-    model = hf_model(loaded.model, tok)
-    config = model.config
-    config.auto_map = dict(AUTO_MAP)
-    config.architectures = ["AlilamaForCausalLM"]
+    chosen, model, note = choose_format(loaded.model, tok, format)
     eot = tok.eot_id
-    model.generation_config = GenerationConfig(
-        bos_token_id=eot, eos_token_id=eot, pad_token_id=eot, max_new_tokens=config.context_length
-    )
+    model.generation_config = GenerationConfig(bos_token_id=eot, eos_token_id=eot, pad_token_id=eot)
+    if chosen == "remote-code":
+        model.config.auto_map = dict(AUTO_MAP)
+        model.config.architectures = ["AlilamaForCausalLM"]
+    if out.exists() and overwrite:  # no stale code files from an export in the other format
+        for path in [*(out / n for n in CODE_FILES), *out.glob("positional_*.py")]:
+            path.unlink(missing_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     _save_quietly(model, out)
-    _fix_config_json(out / "config.json")
-    for name in CODE_FILES:
-        shutil.copyfile(HERE / name, out / name)
-    # Only learned positions stop at the training context; a limit would make the others warn.
-    write_tokenizer(tok, out, model_max_length=config.context_length if config.positional == "learned" else None)
+    if chosen == "remote-code":
+        _fix_config_json(out / "config.json")
+        for name in CODE_FILES:
+            shutil.copyfile(HERE / name, out / name)
+        if model.config.positional_module:
+            _, _, source = plugin_module(model.config.positional)
+            shutil.copyfile(source, out / f"{model.config.positional_module}.py")
+    write_tokenizer(tok, out, model_max_length=loaded.config.model.context_length)
     card = model_card(
-        Path(run), loaded, parameters=loaded.model.num_parameters(), repo_id=repo_id or str(out),
-        license=license, datasets=datasets,
+        Path(run),
+        loaded,
+        parameters=loaded.model.num_parameters(),
+        repo_id=repo_id,
+        license=license,
+        datasets=datasets,
+        format=chosen,
+        format_note=note,
     )
     (out / "README.md").write_text(card, encoding="utf-8")
     return out
+
+
+def exported_format(folder: str | os.PathLike[str]) -> str:
+    """``native (mpt)`` or ``remote-code``: what an export folder holds."""
+    data = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+    return "remote-code" if data.get("model_type") == "alilama" else f"native ({data.get('model_type')})"
 
 
 def _save_quietly(model, out: Path) -> None:
@@ -209,7 +323,11 @@ def _fix_config_json(path: Path) -> None:
 
 
 def write_tokenizer(tok, out: Path, model_max_length: int | None = None) -> None:
-    """``tokenizer.json`` + ``tokenizer_config.json`` + ``special_tokens_map.json`` for ``AutoTokenizer``."""
+    """``tokenizer.json`` + ``tokenizer_config.json`` + ``special_tokens_map.json`` for ``AutoTokenizer``.
+
+    ``model_max_length`` is the training context: ``truncation=True`` cuts
+    there (ALiBi and RoPE models can still be given longer inputs).
+    """
     tok.save_hf(out)
     id_to_special = {i: t for t, i in tok.special_tokens.items()}
     eot = id_to_special.get(tok.eot_id) if tok.eot_id is not None else None
@@ -226,14 +344,22 @@ def write_tokenizer(tok, out: Path, model_max_length: int | None = None) -> None
         **specials,
         "added_tokens_decoder": {
             str(i): {
-                "content": t, "lstrip": False, "normalized": False, "rstrip": False,
-                "single_word": False, "special": True,
+                "content": t,
+                "lstrip": False,
+                "normalized": False,
+                "rstrip": False,
+                "single_word": False,
+                "special": True,
             }
             for i, t in sorted(id_to_special.items())
         },
     }
-    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    (out / "special_tokens_map.json").write_text(json.dumps(specials, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    (out / "tokenizer_config.json").write_text(
+        json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
+    (out / "special_tokens_map.json").write_text(
+        json.dumps(specials, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
 
 
 # -- the model card ------------------------------------------------------------------------
@@ -245,6 +371,14 @@ def _read_yaml(path: Path) -> dict:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
     except (OSError, yaml.YAMLError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -273,13 +407,26 @@ def _num(x: Any) -> str:
     return f"{x:.4g}"
 
 
-def _guess_datasets(run: Path, raw: dict) -> list[str]:
-    text = json.dumps(raw).lower() + " " + str(run).lower()
-    data = raw.get("data") if isinstance(raw.get("data"), dict) else {}
-    for key in ("hf_dataset", "dataset", "hub_dataset"):
-        if isinstance(data.get(key), str) and "/" in data[key]:
-            return [data[key]]
-    return ["roneneldan/TinyStories"] if "tinystories" in text else []
+_HUB_CACHE_DATASET = re.compile(r"datasets--([\w.-]+)--([\w.-]+)")
+
+
+def prepared_data(run: Path) -> dict | None:
+    """The ``meta.json`` of the data the run trained on (``RUN/run.json`` names its folder), or ``None``."""
+    data_dir = _read_json(run / "run.json").get("data")
+    if not isinstance(data_dir, str):
+        return None
+    meta = _read_json(Path(data_dir) / "meta.json")
+    return meta or None
+
+
+def hub_datasets(meta: dict | None) -> list[str]:
+    """Hub dataset ids of the sources that came from the Hub cache (``.../datasets--OWNER--NAME/...``)."""
+    found: list[str] = []
+    for source in (meta or {}).get("sources", []):
+        match = _HUB_CACHE_DATASET.search(str(source))
+        if match and f"{match[1]}/{match[2]}" not in found:
+            found.append(f"{match[1]}/{match[2]}")
+    return found
 
 
 def model_card(
@@ -287,38 +434,73 @@ def model_card(
     loaded,
     *,
     parameters: int,
-    repo_id: str,
-    license: str = "mit",
+    repo_id: str | None = None,
+    license: str | None = None,
     datasets: list[str] | None = None,
+    format: str = "remote-code",
+    format_note: str = "",
 ) -> str:
-    """The README.md of an exported model: YAML front matter and a short, factual body."""
+    """The README.md of an exported model: Hub metadata and a short, factual body."""
     import yaml
 
     m = loaded.config.model
     raw = _read_yaml(run / "config.yaml")
     rows = _read_metrics(run / "metrics.jsonl")
-    datasets = list(datasets) if datasets else _guess_datasets(run, raw)
-    front: dict[str, Any] = {
-        "library_name": "transformers",
-        "pipeline_tag": "text-generation",
-        "license": license,
-        "tags": ["alilama", "custom_code", "gpt", m.positional, "text-generation"],
-    }
+    meta = prepared_data(run)
+    datasets = list(dict.fromkeys([*(datasets or []), *hub_datasets(meta)]))
+    native = format == "native"
+    arch = None
+    if native:
+        from alilama_hf.native import describe
+
+        arch = describe(m)
+    front: dict[str, Any] = {"library_name": "transformers", "pipeline_tag": "text-generation"}
+    if license:
+        front["license"] = license
+    tags = ["alilama", "gpt", m.positional, "text-generation"]
+    tags += [arch["model_type"]] if native else ["custom_code"]
+    front["tags"] = tags
     if datasets:
         front["datasets"] = datasets
-    name = repo_id.rstrip("/").split("/")[-1] or run.name
-    lines = ["---", yaml.safe_dump(front, sort_keys=False).strip(), "---", "", f"# {name}", ""]
+    title = repo_id.rstrip("/").split("/")[-1] if repo_id else run.resolve().name
+    where = repo_id or "PATH/TO/THIS/FOLDER"
+    lines = ["---", yaml.safe_dump(front, sort_keys=False).strip(), "---", "", f"# {title}", ""]
     lines += [
         f"A {_params(parameters)}-parameter decoder-only transformer trained with "
-        "Alilama, a toolkit to train, study and share small GPT models. "
-        "The modeling code ships with the weights, so it loads with `trust_remote_code=True`.",
+        "Alilama, a toolkit to train, study and share small GPT models.",
+        "",
+        "## Format",
+        "",
+    ]
+    if native:
+        lines += [
+            f"Saved as transformers' own `{arch['class']}` (`model_type: {arch['model_type']}`): it computes "
+            "exactly what the Alilama model computes, so it loads without `trust_remote_code` and works with "
+            "tools that refuse remote code.",
+        ]
+        if m.positional == "alibi":
+            from alilama_hf.native import ALIBI_TABLE
+
+            lines += [
+                "",
+                f"MPT's ALiBi table is set to {max(m.context_length, ALIBI_TABLE):,} positions "
+                f"(`max_seq_len`): the model runs past its {m.context_length}-token training context up to there.",
+            ]
+    else:
+        lines += [
+            "Saved with its modeling code (`modeling_alilama.py`, `configuration_alilama.py`), which "
+            "`trust_remote_code=True` runs: " + format_note + ".",
+        ]
+    lines += [
         "",
         "## Architecture",
         "",
         "| | |",
         "|---|---|",
         f"| parameters | {parameters:,} (head tied to the token embedding) |",
-        f"| layers | {m.n_layers} pre-norm blocks (LayerNorm, eps {m.norm_eps:g}) |",
+        f"| layers | {m.n_layers} pre-norm blocks (LayerNorm, eps {m.norm_eps:g}"
+        + ("" if getattr(m, "norm_bias", True) else ", no bias")
+        + ") |",
         f"| model width | {m.d_model} |",
         f"| attention heads | {m.n_heads} x {m.d_model // m.n_heads} |",
         f"| MLP | {m.d_mlp}, exact GELU |",
@@ -329,24 +511,57 @@ def model_card(
         "",
         "## Positional scheme",
         "",
-        SCHEME_TEXT[m.positional].format(rope_theta=m.rope_theta, context_length=m.context_length),
+        SCHEME_TEXT.get(
+            m.positional,
+            f"`{m.positional}`, from an Alilama plugin; its code ships as `positional_*.py` beside the model code.",
+        ).format(rope_theta=m.rope_theta, context_length=m.context_length),
         "",
-        "## Training",
+        "## Training data",
         "",
     ]
-    lines += _training_lines(raw, rows, datasets, loaded.checkpoint.name)
+    lines += _data_lines(meta, datasets)
+    lines += ["", "## Training", ""]
+    lines += _training_lines(raw, rows, loaded.checkpoint.name)
     lines += ["", "## Evaluation", ""]
     lines += _eval_lines(rows, run)
-    lines += ["", "## Usage", "", "```python", *_usage(repo_id), "```", ""]
     lines += [
-        "`trust_remote_code=True` runs `modeling_alilama.py` and `configuration_alilama.py` from this "
-        "repository on your machine: read them first (they are short and import only torch and "
-        "transformers), and pin a `revision=` to keep running the code you read. Where the `alilama` "
-        "package is installed, `import alilama_hf` registers the classes and no remote code is needed.",
         "",
-        "With Alilama: `alilama generate RUN --prompt \"Once upon a time\"`.",
+        "## Intended use",
+        "",
+        "Studying how small language models learn and behave: generation from short prompts in the style "
+        "of the training data, probing, fine-tuning experiments and teaching.",
+        "",
+        "## Limitations",
+        "",
+        f"A small model ({_params(parameters)} parameters) trained on "
+        + ("the data above" if meta or datasets else "data not recorded here")
+        + ": it writes only in that style, makes factual and logical errors, and was not evaluated for "
+        "safety or bias. It is not meant for any decision about people, nor as a source of facts.",
+        "",
+        "## License",
+        "",
+        f"`{license}`."
+        if license
+        else "No license was given when this model was exported "
+        "(`alilama export hf --license ID`); ask the author before reusing it.",
+        "",
+        "## Usage",
+        "",
+        "```python",
+        *_usage(where, native),
+        "```",
         "",
     ]
+    if not native:
+        lines += [
+            "`trust_remote_code=True` runs `modeling_alilama.py` and `configuration_alilama.py` from this "
+            "repository on your machine: read them first (they are short and import only torch and "
+            "transformers), and pin a `revision=` to keep running the code you read. The tokenizer needs no "
+            "code: `trust_remote_code=False` loads it without asking. Where the `alilama` package is "
+            "installed, `import alilama_hf` registers the classes and no remote code is needed.",
+            "",
+        ]
+    lines += ['With Alilama: `alilama generate RUN --prompt "Once upon a time"`.', ""]
     return "\n".join(lines)
 
 
@@ -357,18 +572,58 @@ def _params(n: int) -> str:
     return str(n)
 
 
-def _training_lines(raw: dict, rows: list[dict], datasets: list[str], checkpoint: str) -> list[str]:
+def _data_lines(meta: dict | None, datasets: list[str]) -> list[str]:
     lines = []
     if datasets:
-        lines.append("Data: " + ", ".join(f"[{d}](https://huggingface.co/datasets/{d})" for d in datasets) + ".")
-    else:
-        lines.append("Data: not recorded in the run folder.")
+        lines.append(
+            "Hub datasets: " + ", ".join(f"[{d}](https://huggingface.co/datasets/{d})" for d in datasets) + "."
+        )
+    if not meta:
+        lines += ([""] if lines else []) + [
+            "The prepared data's metadata is not available (the run folder names no prepared data folder, "
+            "or it was moved), so sources and token counts are not recorded here."
+        ]
+        return lines
+    splits = meta.get("splits") if isinstance(meta.get("splits"), dict) else {}
+    sources = [Path(str(s)).name for s in meta.get("sources", [])]
+    if lines:
+        lines.append("")
+    if sources:
+        lines.append("Sources: " + ", ".join(f"`{s}`" for s in sources) + ".")
+    if splits:
+        lines += ["", "| split | tokens | documents | bytes |", "|---|---|---|---|"]
+        for name, st in splits.items():
+            if isinstance(st, dict):
+                lines.append(
+                    f"| {name} | {_num(st.get('tokens', ''))} | {_num(st.get('documents', ''))} | {_num(st.get('bytes', ''))} |"
+                )
+    if "vocab_size" in meta:
+        lines += ["", f"Tokenizer: byte-level BPE, {_num(meta['vocab_size'])} tokens."]
+    return lines
+
+
+_TRAIN_KEYS = (
+    "max_steps",
+    "batch_size",
+    "micro_batch_size",
+    "lr",
+    "min_lr",
+    "warmup_steps",
+    "weight_decay",
+    "beta1",
+    "beta2",
+    "grad_clip",
+    "dtype",
+    "seed",
+)
+
+
+def _training_lines(raw: dict, rows: list[dict], checkpoint: str) -> list[str]:
+    lines = []
     train = raw.get("train") if isinstance(raw.get("train"), dict) else {}
-    budget = []
-    keys = ("max_steps", "batch_size", "lr", "min_lr", "warmup_steps", "weight_decay", "dtype", "seed")
-    budget += [f"`{k}` {train[k]}" for k in keys if k in train]
+    budget = [f"`{k}` {train[k]}" for k in _TRAIN_KEYS if k in train and train[k] is not None]
     if budget:
-        lines += ["", "Training config: " + ", ".join(budget) + "."]
+        lines += ["Training config: " + ", ".join(budget) + "."]
     steps = [r for r in rows if "step" in r]
     if steps:
         last = steps[-1]
@@ -379,9 +634,11 @@ def _training_lines(raw: dict, rows: list[dict], datasets: list[str], checkpoint
             done.append(_duration(last["elapsed_s"]))
         if isinstance(last.get("train_loss"), (int, float)):
             done.append(f"final train loss {last['train_loss']:.4f}")
-        lines += ["", "Budget: " + ", ".join(done) + f" (weights from `{checkpoint}`)."]
+        lines += ([""] if lines else []) + ["Budget: " + ", ".join(done) + f" (weights from `{checkpoint}`)."]
     else:
-        lines += ["", f"Budget: no metrics.jsonl in the run folder (weights from `{checkpoint}`)."]
+        lines += ([""] if lines else []) + [
+            f"Budget: no metrics.jsonl in the run folder (weights from `{checkpoint}`)."
+        ]
     return lines
 
 
@@ -406,14 +663,10 @@ def _eval_lines(rows: list[dict], run: Path) -> list[str]:
             lines.append("| " + " | ".join(cells) + " |")
         lines += ["", "Held-out loss in nats per token; `val_bpb` is bits per byte of text."]
     for path in sorted(run.glob("eval*.json")):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            continue
-        if isinstance(data, dict):
-            figures = [f"{k} {_num(v)}" for k, v in data.items() if isinstance(v, (int, float))]
-            if figures:
-                lines += ["", f"`{path.name}`: " + ", ".join(figures) + "."]
+        data = _read_json(path)
+        figures = [f"{k} {_num(v)}" for k, v in data.items() if isinstance(v, (int, float))]
+        if figures:
+            lines += ["", f"`{path.name}`: " + ", ".join(figures) + "."]
     return lines or ["No evaluation figures were recorded in the run folder."]
 
 
@@ -426,12 +679,14 @@ def _eval_keys(rows: list[dict]) -> list[str]:
     return keys
 
 
-def _usage(repo_id: str) -> list[str]:
+def _usage(where: str, native: bool) -> list[str]:
+    trust = "" if native else ", trust_remote_code=True"
+    tok_trust = "" if native else ", trust_remote_code=False"
     return [
         "from transformers import AutoModelForCausalLM, AutoTokenizer",
         "",
-        f'tokenizer = AutoTokenizer.from_pretrained("{repo_id}", trust_remote_code=True)',
-        f'model = AutoModelForCausalLM.from_pretrained("{repo_id}", trust_remote_code=True)',
+        f'tokenizer = AutoTokenizer.from_pretrained("{where}"{tok_trust})',
+        f'model = AutoModelForCausalLM.from_pretrained("{where}"{trust})',
         'inputs = tokenizer("Once upon a time", return_tensors="pt")',
         "out = model.generate(**inputs, max_new_tokens=100, do_sample=True, temperature=0.8, top_k=40)",
         "print(tokenizer.decode(out[0], skip_special_tokens=True))",

@@ -1,22 +1,27 @@
-"""Alilama's GPT as a transformers model: ``AlilamaModel`` and ``AlilamaForCausalLM``.
+"""Alilama's GPT as a transformers model: ``AlilamaModel``, ``AlilamaForCausalLM``, ``AlilamaForSequenceClassification``.
 
 The same math as ``alilama_core.model`` for every built-in positional scheme:
 token embedding (+ a learned position table) -> N x [x + Attn(LN(x)),
 x + MLP(LN(x))] -> LN -> head tied to the embedding; exact GELU; ALiBi, RoPE
-(GPT-NeoX half rotation), learned absolute positions, or none. Attention is
-``softmax(Q K^T / sqrt(D) + bias + causal mask) V``, spelt out (``eager``) or
-through ``torch.nn.functional.scaled_dot_product_attention`` (``sdpa``, the
-default).
+(GPT-NeoX half rotation), learned absolute positions, or none. A positional
+scheme from a plugin runs from the standalone module the export copied
+beside this file (``config.positional_module``), loaded by name.
+
+Attention is ``softmax(Q K^T / sqrt(D) + bias + mask) V`` through transformers'
+attention-function interface: ``eager`` (spelt out here, returns the
+attention weights), ``sdpa`` (the default), ``flex_attention``, and
+``flash_attention_2`` (ALiBi through flash-attn's own ``alibi_slopes``).
+Masks are built in float32 with a finite "minus infinity", and a query row
+with no visible key (left padding) attends to all keys instead of producing
+NaN, so fp16 with left padding stays finite.
 
 This file is copied beside exported weights and runs as remote code
 (``trust_remote_code=True``) on machines without Alilama, so it imports only
 torch, transformers and its sibling ``configuration_alilama``.
 
 Weight names (Alilama -> here): ``tok_emb`` -> ``model.embed_tokens``,
-``positional.table`` -> ``model.embed_positions``, ``blocks.i.ln_attn`` ->
-``model.layers.i.ln_attn``, ``blocks.i.attn.{qkv,proj}`` ->
-``model.layers.i.attn.{qkv,proj}``, ``blocks.i.ln_mlp`` -> ``model.layers.i.ln_mlp``,
-``blocks.i.mlp.{fc,proj}`` -> ``model.layers.i.mlp.{fc,proj}``, ``ln_f`` ->
+``positional.table`` -> ``model.embed_positions``, other ``positional.*`` ->
+``model.positional.*``, ``blocks.i.*`` -> ``model.layers.i.*``, ``ln_f`` ->
 ``model.norm``; ``lm_head`` is tied to ``model.embed_tokens``.
 """
 
@@ -24,12 +29,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers.cache_utils import Cache, DynamicCache
-from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPast,
+    CausalLMOutputWithPast,
+    SequenceClassifierOutputWithPast,
+)
 from transformers.modeling_utils import PreTrainedModel
 
 try:
@@ -42,7 +52,22 @@ try:  # transformers >= 5: init functions that skip weights already loaded from 
 except ImportError:  # transformers 4.x
     init = None
 
+try:  # the attention-function registry (transformers >= 4.48)
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+except ImportError:
+    ALL_ATTENTION_FUNCTIONS = {}
+
+try:  # a layer that gradient checkpointing can wrap (transformers >= 4.52)
+    from transformers.modeling_layers import GradientCheckpointingLayer
+except ImportError:
+    GradientCheckpointingLayer = nn.Module
+
 from .configuration_alilama import AlilamaConfig
+
+
+# -- positional schemes ----------------------------------------------------------------------
+# Each has ``kind`` ("bias", "rotary", "embedding") and the method of its kind, the
+# interface of Alilama's PositionalScheme, which a plugin's standalone module also follows.
 
 
 def alibi_slopes(n_heads: int) -> Tensor:
@@ -51,6 +76,7 @@ def alibi_slopes(n_heads: int) -> Tensor:
     >>> alibi_slopes(4).tolist()
     [0.25, 0.0625, 0.015625, 0.00390625]
     """
+
     def geometric(n: int) -> list[float]:
         return [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]
 
@@ -65,22 +91,40 @@ def rope_inv_freq(head_dim: int, theta: float) -> Tensor:
 class AlilamaPositionTable(nn.Embedding):
     """Learned absolute positions, as in GPT-2 (initialised normal(0, 0.02) like Alilama's)."""
 
+    kind = "embedding"
+
+    @property
+    def max_positions(self) -> int:
+        return self.num_embeddings
+
+    def embed(self, positions: Tensor) -> Tensor:
+        return self(positions)  # (B|1, T, C)
+
 
 class AlilamaALiBi(nn.Module):
     """Holds the slopes (a non-persistent buffer, refilled by ``_init_weights``)."""
 
+    kind = "bias"
+    max_positions = None
+
     def __init__(self, config: AlilamaConfig):
         super().__init__()
         self.n_heads = config.n_heads
-        self.register_buffer("slopes", alibi_slopes(config.n_heads), persistent=False)
+        self.register_buffer("_slopes", alibi_slopes(config.n_heads), persistent=False)
+
+    def slopes(self) -> Tensor:
+        return self._slopes.float()  # (H,)
 
     def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         distance = (q_pos[:, None] - k_pos[None, :]).float()  # (T, S)
-        return -self.slopes.float()[:, None, None] * distance  # (H, T, S)
+        return -self.slopes()[:, None, None] * distance  # (H, T, S)
 
 
 class AlilamaRotaryEmbedding(nn.Module):
-    """RoPE angles for given positions; ``inv_freq`` is a non-persistent buffer."""
+    """RoPE, GPT-NeoX half rotation; ``inv_freq`` is a non-persistent buffer."""
+
+    kind = "rotary"
+    max_positions = None
 
     def __init__(self, config: AlilamaConfig):
         super().__init__()
@@ -88,44 +132,111 @@ class AlilamaRotaryEmbedding(nn.Module):
         self.theta = config.rope_theta
         self.register_buffer("inv_freq", rope_inv_freq(self.head_dim, self.theta), persistent=False)
 
-    def forward(self, positions: Tensor) -> tuple[Tensor, Tensor]:
-        angles = positions.float()[..., None] * self.inv_freq.float()  # (B, T, D/2)
-        angles = angles[:, None]  # (B, 1, T, D/2): the same rotation for every head
-        return angles.cos(), angles.sin()
+    def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
+        """Rotate ``x`` ``(B, H, T, D)`` for ``(T,)`` or per-row ``(B, T)`` positions."""
+        angles = positions.float()[..., None] * self.inv_freq.float()  # (T, D/2) or (B, T, D/2)
+        if angles.dim() == 3:
+            angles = angles[:, None]  # (B, 1, T, D/2): the same rotation for every head
+        cos, sin = angles.cos(), angles.sin()
+        x1, x2 = x.float().chunk(2, dim=-1)  # (B, H, T, D/2) each
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)  # (B, H, T, D)
 
 
-def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """GPT-NeoX rotation: the first half of the head dimension pairs with the second."""
-    x1, x2 = x.float().chunk(2, dim=-1)  # (B, H, T, D/2) each
-    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)  # (B, H, T, D)
+_PLUGIN_SCHEMES: dict[str, type] = {}
 
 
-def eager_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-    """``softmax(Q K^T / sqrt(D) + mask) V``; ``mask`` is additive, ``(B|1, H|1, T, S)``.
-
-    Without a mask the queries are the last ``T`` of the ``S`` keys, causally.
-    """
-    t, s = q.size(-2), k.size(-2)
-    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))  # (B, H, T, S)
-    if mask is None and t > 1:
-        k_pos = torch.arange(s, device=q.device)
-        future = k_pos[None, :] > k_pos[s - t :, None]  # (T, S)
-        mask = torch.zeros(t, s, dtype=scores.dtype, device=q.device).masked_fill(future, float("-inf"))
-    if mask is not None:
-        scores = scores + mask
-    weights = torch.softmax(scores.float(), dim=-1).to(v.dtype)  # (B, H, T, S)
-    return weights @ v  # (B, H, T, D)
+def register_positional_class(module_name: str, cls: type) -> None:
+    """Make a plugin scheme's standalone class known in-process (the export does this)."""
+    _PLUGIN_SCHEMES[module_name] = cls
 
 
-def sdpa_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-    """The same through PyTorch's fused kernels."""
-    t, s = q.size(-2), k.size(-2)
-    if mask is None and 1 < t < s:  # a chunk after a cache: SDPA's is_causal aligns to the top-left, not here
-        k_pos = torch.arange(s, device=q.device)
-        mask = k_pos[None, :] <= k_pos[s - t :, None]  # (T, S) True where visible
-    if mask is None:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=t > 1)  # (B, H, T, D)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, T, D)
+def _plugin_scheme_class(config: AlilamaConfig) -> type:
+    """The class ``config.positional_class`` from the file ``config.positional_module``.py beside this one."""
+    name = config.positional_module
+    if name in _PLUGIN_SCHEMES:
+        return _PLUGIN_SCHEMES[name]
+    import importlib
+
+    package = __name__.rpartition(".")[0]
+    try:  # copied beside this file (a local folder, or fetched with it)
+        return getattr(importlib.import_module(f"{package}.{name}"), config.positional_class)
+    except ImportError:
+        pass
+    from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+    source = getattr(config, "_name_or_path", "") or ""
+    if not source:
+        raise ValueError(
+            f"positional scheme {config.positional!r} lives in {name}.py, which must be loaded from the "
+            "model's folder or repository: use from_pretrained"
+        )
+    revision = getattr(config, "_commit_hash", None)
+    return get_class_from_dynamic_module(f"{name}.{config.positional_class}", source, revision=revision)
+
+
+def build_positional(config: AlilamaConfig) -> nn.Module | None:
+    if config.positional == "alibi":
+        return AlilamaALiBi(config)
+    if config.positional == "rope":
+        return AlilamaRotaryEmbedding(config)
+    if config.positional == "learned":
+        return AlilamaPositionTable(config.context_length, config.d_model)
+    if config.positional == "nope":
+        return None
+    return _plugin_scheme_class(config)(config)
+
+
+# -- attention functions -------------------------------------------------------------------
+# One signature, transformers' own: fn(module, q, k, v, attention_mask, scaling=, dropout=, ...)
+# with q (B, H, T, D), k and v (B, H, S, D); returns ((B, T, H, D), weights or None).
+
+
+def eager_attention_forward(
+    module: nn.Module,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attention_mask: Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[Tensor, Tensor]:
+    """``softmax(Q K^T * scaling + mask) V`` in float32; ``attention_mask`` is additive ``(B|1, H|1, T, S)``."""
+    scores = (query @ key.transpose(-2, -1)).float() * scaling  # (B, H, T, S)
+    if attention_mask is not None:
+        scores = scores + attention_mask.float()
+    weights = torch.softmax(scores, dim=-1).to(value.dtype)  # (B, H, T, S)
+    weights = F.dropout(weights, p=dropout, training=module.training)
+    out = weights @ value  # (B, H, T, D)
+    return out.transpose(1, 2).contiguous(), weights  # (B, T, H, D)
+
+
+def flash_alibi_attention_forward(
+    module: nn.Module,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attention_mask: Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    slopes: Tensor | None = None,
+    **kwargs,
+) -> tuple[Tensor, None]:
+    """flash-attn with its ALiBi slopes: bias ``-m_h * (i - j)`` inside the kernel, no dense bias."""
+    try:  # optional: transformers checks imports outside try blocks when it loads remote code
+        from flash_attn import flash_attn_func
+    except ImportError as exc:
+        raise ImportError("attn_implementation='flash_attention_2' needs the flash-attn package") from exc
+    out = flash_attn_func(
+        query.transpose(1, 2),
+        key.transpose(1, 2),
+        value.transpose(1, 2),  # (B, T|S, H, D)
+        dropout_p=dropout if module.training else 0.0,
+        softmax_scale=scaling,
+        causal=True,
+        alibi_slopes=slopes.float(),
+    )
+    return out, None  # (B, T, H, D)
 
 
 class AlilamaAttention(nn.Module):
@@ -134,32 +245,30 @@ class AlilamaAttention(nn.Module):
         self.config = config
         self.layer_idx = layer_idx
         self.n_heads = config.n_heads
+        self.head_dim = config.head_dim
+        self.is_causal = True
+        self.scaling = 1.0 / math.sqrt(self.head_dim)
         self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=config.bias)
         self.proj = nn.Linear(config.d_model, config.d_model, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(
-        self,
-        x: Tensor,
-        mask: Tensor | None,
-        rotary: tuple[Tensor, Tensor] | None = None,
-        cache: Cache | None = None,
-    ) -> Tensor:
+    def forward(self, x: Tensor, attn: "_AttentionInputs", cache: Cache | None = None) -> tuple[Tensor, Tensor | None]:
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)  # (B, T, C) each
-        q = q.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)  # (B, H, T, D)
-        k = k.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)  # (B, H, T, D)
-        v = v.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)  # (B, H, T, D)
-        if rotary is not None:
-            q, k = rotate(q, *rotary), rotate(k, *rotary)
+        q = q.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+        k = k.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+        v = v.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+        if attn.rotary is not None:
+            q, k = attn.rotary.rotate(q, attn.positions), attn.rotary.rotate(k, attn.positions)
         if cache is not None:
-            s = cache.get_seq_length(self.layer_idx) + T
-            k, v = cache.update(k, v, self.layer_idx)  # (B, H, S, D)
-            k, v = k[:, :, :s], v[:, :, :s]  # a preallocated (static) cache returns its empty slots too
-        attend = eager_attention if self.config._attn_implementation == "eager" else sdpa_attention
-        y = attend(q, k, v, mask)  # (B, H, T, D)
-        y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
-        return self.dropout(self.proj(y))
+            k, v = cache.update(k, v, self.layer_idx)  # (B, H, S', D)
+            k, v = k[:, :, : attn.s], v[:, :, : attn.s]  # a preallocated (static) cache returns its empty slots too
+        fn, kwargs = attn.function(q.dtype)
+        y, weights = fn(
+            self, q, k, v, scaling=self.scaling, dropout=0.0, **kwargs
+        )  # no dropout on the weights, as in Alilama
+        y = y.reshape(B, T, C)  # (B, T, C)
+        return self.dropout(self.proj(y)), weights
 
 
 class AlilamaMLP(nn.Module):
@@ -170,22 +279,122 @@ class AlilamaMLP(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.dropout(self.proj(F.gelu(self.fc(x))))  # (B, T, C)
+        return self.dropout(self.proj(F.gelu(self.fc(x))))  # (B, T, C), exact GELU
 
 
-class AlilamaBlock(nn.Module):
+def _layer_norm(config: AlilamaConfig) -> nn.LayerNorm:
+    try:
+        return nn.LayerNorm(config.d_model, eps=config.norm_eps, bias=config.norm_bias)
+    except TypeError:  # torch < 2.1 has no bias switch
+        return nn.LayerNorm(config.d_model, eps=config.norm_eps)
+
+
+class AlilamaBlock(GradientCheckpointingLayer):
     """Pre-norm: each sublayer reads a normalised copy and adds to the un-normalised stream."""
 
     def __init__(self, config: AlilamaConfig, layer_idx: int):
         super().__init__()
-        self.ln_attn = nn.LayerNorm(config.d_model, eps=config.norm_eps)
+        self.ln_attn = _layer_norm(config)
         self.attn = AlilamaAttention(config, layer_idx)
-        self.ln_mlp = nn.LayerNorm(config.d_model, eps=config.norm_eps)
+        self.ln_mlp = _layer_norm(config)
         self.mlp = AlilamaMLP(config)
 
-    def forward(self, x: Tensor, mask: Tensor | None, rotary=None, cache: Cache | None = None) -> Tensor:
-        x = x + self.attn(self.ln_attn(x), mask, rotary, cache)  # (B, T, C)
-        return x + self.mlp(self.ln_mlp(x))  # (B, T, C)
+    def forward(
+        self, x: Tensor, bias: Tensor | None, attn: "_AttentionInputs", cache: Cache | None = None
+    ) -> tuple[Tensor, Tensor | None]:
+        # ``bias`` is passed on its own (a positional argument) so that a learnable bias gets its
+        # gradient through gradient checkpointing; ``attn`` carries the same tensor.
+        y, weights = self.attn(self.ln_attn(x), attn.with_bias(bias), cache)
+        x = x + y  # (B, T, C)
+        return x + self.mlp(self.ln_mlp(x)), weights  # (B, T, C)
+
+
+@dataclasses.dataclass
+class _AttentionInputs:
+    """What every layer's attention needs for one forward: built once by ``AlilamaModel``.
+
+    ``visible`` ``(B|1, 1, T, S)`` bool (``None``: plainly causal), ``bias``
+    ``(1, H, T, S)`` float32 (``None``: no bias scheme), ``padding`` ``(B, S)``
+    (``None``: no padding), ``rotary`` the scheme that rotates q and k.
+    """
+
+    implementation: str
+    s: int
+    t: int
+    visible: Tensor | None
+    bias: Tensor | None
+    padding: Tensor | None
+    rotary: nn.Module | None
+    positions: Tensor | None
+    slopes: Tensor | None
+    masks: dict = dataclasses.field(default_factory=dict)  # additive masks by dtype, shared by the layers
+
+    def with_bias(self, bias: Tensor | None) -> "_AttentionInputs":
+        return self if bias is self.bias else dataclasses.replace(self, bias=bias, masks={})
+
+    def _visible(self, device) -> Tensor:
+        if self.visible is not None:
+            return self.visible
+        q = torch.arange(self.s - self.t, self.s, device=device)
+        return (torch.arange(self.s, device=device)[None, :] <= q[:, None])[None, None]  # (1, 1, T, S)
+
+    def additive(self, dtype: torch.dtype, device) -> Tensor:
+        """``bias`` where visible, the dtype's most negative finite value elsewhere: ``(B|1, H|1, T, S)``."""
+        if dtype not in self.masks:
+            bias = self.bias if self.bias is not None else torch.zeros((), device=device)
+            neg = torch.tensor(torch.finfo(dtype).min, dtype=torch.float32, device=device)
+            self.masks[dtype] = torch.where(self._visible(device), bias.float(), neg).clamp(min=neg).to(dtype)
+        return self.masks[dtype]
+
+    def function(self, dtype: torch.dtype) -> tuple[Callable, dict]:
+        impl = self.implementation
+        plain = self.visible is None and self.bias is None  # causal only: kernels apply it themselves
+        if impl == "eager":
+            mask = None if plain and self.t == 1 else self.additive(torch.float32, self._device())
+            return eager_attention_forward, {"attention_mask": mask}
+        if impl == "sdpa":
+            fn = ALL_ATTENTION_FUNCTIONS.get("sdpa") or _sdpa
+            if plain and self.t == self.s:
+                return fn, {"attention_mask": None, "is_causal": True}
+            return fn, {"attention_mask": self.additive(dtype, self._device()), "is_causal": False}
+        if impl.startswith("flash_attention"):
+            if self.slopes is not None:
+                if self.visible is not None:  # padding: flash_attn_func takes no mask
+                    return ALL_ATTENTION_FUNCTIONS.get("sdpa") or _sdpa, {
+                        "attention_mask": self.additive(dtype, self._device()),
+                        "is_causal": False,
+                    }
+                return flash_alibi_attention_forward, {"attention_mask": None, "slopes": self.slopes}
+            if self.bias is not None:
+                raise ValueError(
+                    "flash-attn takes a bias only as ALiBi slopes; this positional scheme gives a dense "
+                    "bias: use attn_implementation='sdpa' or 'eager'"
+                )
+            return ALL_ATTENTION_FUNCTIONS[impl], {"attention_mask": self.padding, "is_causal": True}
+        if impl == "flex_attention":
+            device = self._device()
+            mask = torch.where(self._visible(device), 0.0, torch.finfo(dtype).min).to(dtype)  # (B|1, 1, T, S)
+            kwargs = {"attention_mask": mask}
+            if self.bias is not None:
+                b = mask.size(0)
+                kwargs["position_bias"] = self.bias.to(dtype).expand(b, -1, -1, -1)  # (B, H, T, S)
+            return ALL_ATTENTION_FUNCTIONS["flex_attention"], kwargs
+        if impl in ALL_ATTENTION_FUNCTIONS:  # a function registered by the user: the combined mask
+            return ALL_ATTENTION_FUNCTIONS[impl], {"attention_mask": self.additive(dtype, self._device())}
+        raise ValueError(f"unknown attn_implementation {impl!r}")
+
+    def _device(self):
+        for t in (self.visible, self.bias, self.positions, self.padding):
+            if t is not None:
+                return t.device
+        return None
+
+
+def _sdpa(module, query, key, value, attention_mask, scaling, dropout=0.0, is_causal=False, **kwargs):
+    out = F.scaled_dot_product_attention(
+        query, key, value, attn_mask=attention_mask, dropout_p=dropout, is_causal=is_causal, scale=scaling
+    )  # (B, H, T, D)
+    return out.transpose(1, 2).contiguous(), None
 
 
 def _output(cls, **values):
@@ -205,18 +414,23 @@ class AlilamaPreTrainedModel(PreTrainedModel):
     config_class = AlilamaConfig
     config: AlilamaConfig
     base_model_prefix = "model"
-    supports_gradient_checkpointing = False
+    supports_gradient_checkpointing = True
     _no_split_modules = ["AlilamaBlock"]
     _supports_sdpa = True
+    _supports_flex_attn = True
+    _supports_flash_attn = True  # ALiBi through flash-attn's slopes; a dense plugin bias refuses it at run time
+    _supports_flash_attn_2 = True
+    _supports_attention_backend = True
     _supports_cache_class = True
-    _supports_static_cache = False
+    _supports_static_cache = True  # the tests run generate with cache_implementation="static"
+    _can_compile_fullgraph = False  # data-dependent checks (padding, the learned table's end) break the graph
 
     def _init_weights(self, module: nn.Module) -> None:
         """Alilama's init (Xavier-uniform matrices or normal(0, init_std), zero biases, unit norms).
 
         It also refills the non-persistent buffers (ALiBi slopes, RoPE
-        frequencies): ``from_pretrained`` creates them empty, and nothing in the
-        checkpoint restores them.
+        frequencies, a plugin scheme's computed tables): ``from_pretrained``
+        creates them empty, and nothing in the checkpoint restores them.
         """
         fn = init if init is not None else nn.init
         std = self.config.init_std
@@ -228,15 +442,17 @@ class AlilamaPreTrainedModel(PreTrainedModel):
                 fn.normal_(w, mean=0.0, std=std)
 
         if isinstance(module, AlilamaALiBi):
-            _copy(module.slopes, alibi_slopes(module.n_heads))
+            _copy(module._slopes, alibi_slopes(module.n_heads))
         elif isinstance(module, AlilamaRotaryEmbedding):
             _copy(module.inv_freq, rope_inv_freq(module.head_dim, module.theta))
+        elif isinstance(module, AlilamaPositionTable):
+            fn.normal_(module.weight, mean=0.0, std=0.02)
+        elif module is getattr(getattr(self, "model", self), "positional", None):
+            _refill_buffers(module, self.config)
         elif isinstance(module, nn.Linear):
             matrix(module.weight)
             if module.bias is not None:
                 fn.zeros_(module.bias)
-        elif isinstance(module, AlilamaPositionTable):
-            fn.normal_(module.weight, mean=0.0, std=0.02)
         elif isinstance(module, nn.Embedding):
             matrix(module.weight)
         elif isinstance(module, nn.LayerNorm):
@@ -250,21 +466,43 @@ def _copy(buffer: Tensor, value: Tensor) -> None:
         buffer.copy_(value.to(device=buffer.device, dtype=buffer.dtype))
 
 
+def _refill_buffers(module: nn.Module, config: AlilamaConfig) -> None:
+    """A plugin scheme's non-persistent buffers, from a fresh instance (its parameters come from the checkpoint)."""
+    names = [n for n, _ in module.named_buffers() if n.rpartition(".")[2] in _non_persistent(module, n)]
+    if not names:
+        return
+    with torch.device("cpu"):
+        fresh = dict(type(module)(config).named_buffers())
+    for name, buffer in module.named_buffers():
+        if name in names and name in fresh:
+            _copy(buffer, fresh[name])
+
+
+def _non_persistent(module: nn.Module, name: str) -> set[str]:
+    owner = module.get_submodule(name.rpartition(".")[0]) if "." in name else module
+    return set(getattr(owner, "_non_persistent_buffers_set", ()))
+
+
 class AlilamaModel(AlilamaPreTrainedModel):
     """The decoder stack up to the final norm: hidden states ``(B, T, C)``."""
 
     def __init__(self, config: AlilamaConfig):
         super().__init__(config)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
+        scheme = build_positional(config)
         if config.positional == "learned":
-            self.embed_positions = AlilamaPositionTable(config.context_length, config.d_model)
+            self.embed_positions = scheme
         elif config.positional == "alibi":
-            self.alibi = AlilamaALiBi(config)
+            self.alibi = scheme
         elif config.positional == "rope":
-            self.rotary_emb = AlilamaRotaryEmbedding(config)
+            self.rotary_emb = scheme
+        elif scheme is not None:
+            self.positional = scheme
+        self.scheme = [scheme]  # one reference that every kind shares, outside the module tree
         self.dropout = nn.Dropout(config.dropout)
         self.layers = nn.ModuleList(AlilamaBlock(config, i) for i in range(config.n_layers))
-        self.norm = nn.LayerNorm(config.d_model, eps=config.norm_eps)
+        self.norm = _layer_norm(config)
+        self.gradient_checkpointing = False
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -281,42 +519,78 @@ class AlilamaModel(AlilamaPreTrainedModel):
         cache: Cache | None = None,
         inputs_embeds: Tensor | None = None,
         use_cache: bool | None = None,
+        output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         past_key_values: Cache | None = None,
         **kwargs,
     ):
-        """``cache`` (transformers >= 5.x ``generate``) and ``past_key_values`` (older) are the same thing."""
+        """``cache`` (transformers >= 5.x ``generate``) and ``past_key_values`` (older) are the same thing.
+
+        ``output_attentions=True`` returns each layer's ``(B, H, T, S)`` weights;
+        they exist on the ``eager`` path only, so that call runs eager whatever
+        ``attn_implementation`` says (same math, same result).
+        """
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
+        output_attentions = bool(output_attentions if output_attentions is not None else self.config.output_attentions)
+        output_hidden_states = bool(
+            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        )
         cache = cache if cache is not None else past_key_values
         use_cache = use_cache if use_cache is not None else self.config.use_cache
+        if self.gradient_checkpointing and self.training:
+            use_cache = False
         if use_cache and cache is None and not self.training:
             cache = _dynamic_cache(self.config)
+        if not use_cache:
+            cache = None
         x = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds  # (B, T, C)
         B, T, _ = x.shape
         past = cache.get_seq_length() if cache is not None else 0
         S = past + T
         if position_ids is None:
             position_ids = self._positions(attention_mask, past, T, x.device)  # (B|1, T)
-        rotary = None
-        if self.config.positional == "learned":
-            if int(position_ids.max()) >= self.config.context_length:
-                raise ValueError(
-                    f"this model's learned position table covers {self.config.context_length} positions, but "
-                    f"position {int(position_ids.max())} was requested ({past} cached + {T} new). Crop the input "
-                    f"or generate fewer tokens; ALiBi and RoPE models can run past their training context."
-                )
-            x = x + self.embed_positions(position_ids)  # (B, T, C)
-        elif self.config.positional == "rope":
-            rotary = self.rotary_emb(position_ids.expand(B, -1) if position_ids.size(0) == 1 else position_ids)
-        mask = self._mask(attention_mask, past, T, S, x)
+        scheme = self.scheme[0]
+        kind = getattr(scheme, "kind", "none")
+        limit = getattr(scheme, "max_positions", None)
+        if limit is not None and int(position_ids.max()) >= limit:
+            raise ValueError(
+                f"this model's positional scheme {self.config.positional!r} covers {limit} positions, but position "
+                f"{int(position_ids.max())} was requested ({past} cached + {T} new). Crop the input or generate "
+                "fewer tokens; ALiBi and RoPE models can run past their training context."
+            )
+        if kind == "embedding":
+            x = x + scheme.embed(position_ids)  # (B, T, C)
+        visible, padding = self._visible(attention_mask, past, T, S, x.device)
+        bias = slopes = None
+        if kind == "bias":
+            k_pos = torch.arange(S, device=x.device)
+            bias = scheme.bias(k_pos[past:], k_pos).float()[None]  # (1, H, T, S), once for all layers
+            if callable(getattr(scheme, "slopes", None)):
+                slopes = scheme.slopes()  # (H,) or None: the bias is not ALiBi-shaped
+        implementation = "eager" if output_attentions else self.config._attn_implementation or "sdpa"
+        rotary_positions = position_ids.expand(B, -1) if position_ids.size(0) == 1 and B > 1 else position_ids
+        attn = _AttentionInputs(
+            implementation=implementation,
+            s=S,
+            t=T,
+            visible=visible,
+            bias=bias,
+            padding=padding,
+            rotary=scheme if kind == "rotary" else None,
+            positions=rotary_positions if position_ids.size(0) > 1 else position_ids[0],
+            slopes=slopes,
+        )
         x = self.dropout(x)
         hidden_states = [x] if output_hidden_states else None
+        attentions = [] if output_attentions else None
         for layer in self.layers:
-            x = layer(x, mask, rotary, cache)  # (B, T, C)
+            x, weights = layer(x, bias, attn, cache=cache)  # (B, T, C)
             if hidden_states is not None:
                 hidden_states.append(x)
+            if attentions is not None:
+                attentions.append(weights)
         x = self.norm(x)  # (B, T, C)
         if hidden_states is not None:
             hidden_states[-1] = x
@@ -325,6 +599,7 @@ class AlilamaModel(AlilamaPreTrainedModel):
             last_hidden_state=x,
             cache=cache if use_cache else None,
             hidden_states=tuple(hidden_states) if hidden_states is not None else None,
+            attentions=tuple(attentions) if attentions is not None else None,
         )
         return out if return_dict is not False else out.to_tuple()
 
@@ -335,34 +610,28 @@ class AlilamaModel(AlilamaPreTrainedModel):
             return (attention_mask.long().cumsum(dim=1) - 1).clamp(min=0)[:, -t:]  # (B, T)
         return torch.arange(past, past + t, device=device)[None]  # (1, T)
 
-    def _mask(self, attention_mask: Tensor | None, past: int, t: int, s: int, x: Tensor) -> Tensor | None:
-        """Additive ``(B|1, H|1, T, S)`` mask: ALiBi bias, causal ``-inf``, padded keys at the dtype's minimum."""
-        dtype, device = x.dtype, x.device
-        padding = None
+    @staticmethod
+    def _visible(
+        attention_mask: Tensor | None, past: int, t: int, s: int, device
+    ) -> tuple[Tensor | None, Tensor | None]:
+        """``(B|1, 1, T, S)`` True where a query may see a key (``None``: causal only), and the ``(B, S)`` padding.
+
+        A query row that would see no key at all (a left-padding position) sees
+        every key instead: its output is never used, and this keeps softmax finite.
+        """
         if attention_mask is not None and attention_mask.dim() == 4:  # prepared by the caller: causal included
-            attention_mask = attention_mask[..., -t:, :s]  # a static cache's mask also covers its empty slots
-            if attention_mask.dtype == torch.bool:
-                zero = torch.zeros((), dtype=dtype, device=device)
-                attention_mask = torch.where(attention_mask, zero, torch.finfo(dtype).min)
-            mask = attention_mask.to(dtype)
-            if self.config.positional == "alibi":
-                k_pos = torch.arange(s, device=device)
-                mask = mask + self.alibi.bias(k_pos[past:], k_pos).to(dtype)[None]
-            return mask
-        if attention_mask is not None and not bool(attention_mask.all()):
-            keep = attention_mask[:, -s:].bool()  # (B, S)
-            zero = torch.zeros((), dtype=dtype, device=device)
-            padding = torch.where(keep, zero, torch.finfo(dtype).min)[:, None, None, :]  # (B, 1, 1, S)
-        if self.config.positional != "alibi" and padding is None:
-            return None  # causal only: the attention function applies it
+            m = attention_mask[..., -t:, :s]  # a static cache's mask also covers its empty slots
+            visible = m if m.dtype == torch.bool else m > torch.finfo(m.dtype).min / 2
+            return visible | ~visible.any(dim=-1, keepdim=True), None
+        padding = None
+        if attention_mask is not None and not bool(attention_mask[:, -s:].all()):
+            padding = attention_mask[:, -s:].bool()  # (B, S)
+        if padding is None:
+            return None, None
         k_pos = torch.arange(s, device=device)
-        q_pos = k_pos[past:]  # (T,)
-        if self.config.positional == "alibi":
-            mask = self.alibi.bias(q_pos, k_pos).to(dtype)[None]  # (1, H, T, S)
-        else:
-            mask = torch.zeros(1, 1, t, s, dtype=dtype, device=device)
-        mask = mask.masked_fill(k_pos[None, :] > q_pos[:, None], float("-inf"))  # causal
-        return mask if padding is None else mask + padding
+        causal = k_pos[None, :] <= k_pos[s - t :, None]  # (T, S)
+        visible = causal[None, None] & padding[:, None, None, :]  # (B, 1, T, S)
+        return visible | ~visible.any(dim=-1, keepdim=True), padding
 
 
 def _dynamic_cache(config: AlilamaConfig) -> Cache:
@@ -404,13 +673,20 @@ class AlilamaForCausalLM(AlilamaPreTrainedModel, GenerationMixin):
         inputs_embeds: Tensor | None = None,
         labels: Tensor | None = None,
         use_cache: bool | None = None,
+        output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         logits_to_keep: int | Tensor = 0,
         past_key_values: Cache | None = None,
+        num_items_in_batch: int | Tensor | None = None,
         **kwargs,
     ):
-        """Logits ``(B, T, V)``; with ``labels`` the next-token cross-entropy (``-100`` ignored)."""
+        """Logits ``(B, T, V)``; with ``labels`` the next-token cross-entropy (``-100`` ignored).
+
+        ``num_items_in_batch`` (passed by ``Trainer`` under gradient
+        accumulation) makes the loss a sum divided by that count, as
+        transformers' own causal LMs do.
+        """
         out = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
@@ -418,6 +694,7 @@ class AlilamaForCausalLM(AlilamaPreTrainedModel, GenerationMixin):
             cache=cache if cache is not None else past_key_values,
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
+            output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
             return_dict=True,
         )
@@ -429,19 +706,120 @@ class AlilamaForCausalLM(AlilamaPreTrainedModel, GenerationMixin):
         logits = self.lm_head(hidden)  # (B, T, V)
         loss = None
         if labels is not None:
-            loss = F.cross_entropy(
-                logits[:, :-1].reshape(-1, logits.size(-1)).float(),
-                labels[:, 1:].reshape(-1).to(logits.device),
-                ignore_index=-100,
-            )
+            loss = _causal_lm_loss(logits, labels, num_items_in_batch)
         result = _output(
             CausalLMOutputWithPast,
             loss=loss,
             logits=logits,
             cache=_cache_of(out),
             hidden_states=out.hidden_states,
+            attentions=out.attentions,
         )
         return result if return_dict is not False else result.to_tuple()
 
 
-__all__ = ["AlilamaPreTrainedModel", "AlilamaModel", "AlilamaForCausalLM"]
+def _causal_lm_loss(logits: Tensor, labels: Tensor, num_items_in_batch: int | Tensor | None) -> Tensor:
+    """Next-token cross-entropy in float32; a mean, or a sum over ``num_items_in_batch`` when given."""
+    logits = logits[:, :-1].reshape(-1, logits.size(-1)).float()  # (B*(T-1), V)
+    targets = labels[:, 1:].reshape(-1).to(logits.device)  # (B*(T-1),)
+    if num_items_in_batch is None:
+        return F.cross_entropy(logits, targets, ignore_index=-100)
+    loss = F.cross_entropy(logits, targets, ignore_index=-100, reduction="sum")
+    if torch.is_tensor(num_items_in_batch):
+        num_items_in_batch = num_items_in_batch.to(loss.device)
+    return loss / num_items_in_batch
+
+
+class AlilamaForSequenceClassification(AlilamaPreTrainedModel):
+    """``AlilamaModel`` with a linear ``score`` head on the last non-padding token, as GPT-2's.
+
+    Rows end at their last token that is not ``config.pad_token_id`` (left or
+    right padding both work); without a pad id every row must be unpadded.
+    """
+
+    def __init__(self, config: AlilamaConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.model = AlilamaModel(config)
+        self.score = nn.Linear(config.d_model, config.num_labels, bias=False)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.model.embed_tokens = value
+
+    def forward(
+        self,
+        input_ids: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        cache: Cache | None = None,
+        inputs_embeds: Tensor | None = None,
+        labels: Tensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        past_key_values: Cache | None = None,
+        **kwargs,
+    ):
+        out = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            cache=cache if cache is not None else past_key_values,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        logits = self.score(out.last_hidden_state)  # (B, T, L)
+        B = logits.size(0)
+        if input_ids is not None and self.config.pad_token_id is not None:
+            real = (input_ids != self.config.pad_token_id).long()  # (B, T)
+            last = (torch.arange(real.size(1), device=real.device) * real).argmax(dim=-1)  # (B,)
+        elif input_ids is not None and B > 1 and self.config.pad_token_id is None:
+            raise ValueError("batches of more than one row need config.pad_token_id to find each row's end")
+        else:
+            last = torch.full((B,), logits.size(1) - 1, device=logits.device)
+        pooled = logits[torch.arange(B, device=logits.device), last]  # (B, L)
+        loss = None
+        if labels is not None:
+            loss = self._loss(pooled, labels.to(pooled.device))
+        result = _output(
+            SequenceClassifierOutputWithPast,
+            loss=loss,
+            logits=pooled,
+            cache=_cache_of(out),
+            hidden_states=out.hidden_states,
+            attentions=out.attentions,
+        )
+        return result if return_dict is not False else result.to_tuple()
+
+    def _loss(self, logits: Tensor, labels: Tensor) -> Tensor:
+        problem = self.config.problem_type
+        if problem is None:
+            if self.num_labels == 1:
+                problem = "regression"
+            elif labels.dtype in (torch.long, torch.int):
+                problem = "single_label_classification"
+            else:
+                problem = "multi_label_classification"
+            self.config.problem_type = problem
+        if problem == "regression":
+            return F.mse_loss(logits.squeeze(-1).float(), labels.squeeze(-1).float())
+        if problem == "single_label_classification":
+            return F.cross_entropy(logits.view(-1, self.num_labels).float(), labels.view(-1))
+        return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+
+
+__all__ = [
+    "AlilamaPreTrainedModel",
+    "AlilamaModel",
+    "AlilamaForCausalLM",
+    "AlilamaForSequenceClassification",
+    "register_positional_class",
+]

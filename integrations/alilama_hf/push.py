@@ -59,9 +59,10 @@ def push(
     private: bool = False,
     revision: str | None = None,
     checkpoint: str | None = None,
-    license: str = "mit",
+    license: str | None = None,
     datasets: list[str] | None = None,
     timeout: float = CHECK_TIMEOUT_S,
+    format: str = "auto",
 ) -> str:
     """Export ``run`` and upload it to ``repo_id`` (created if needed); returns the commit URL."""
     if repo_id.count("/") != 1 or not all(repo_id.split("/")):
@@ -75,7 +76,13 @@ def push(
 
     with tempfile.TemporaryDirectory(prefix="alilama-push-") as tmp:
         folder = export(
-            run, Path(tmp) / "model", checkpoint=checkpoint, repo_id=repo_id, license=license, datasets=datasets
+            run,
+            Path(tmp) / "model",
+            checkpoint=checkpoint,
+            repo_id=repo_id,
+            license=license,
+            datasets=datasets,
+            format=format,
         )
         try:
             create_repo(repo_id, token=token, private=private, repo_type="model", exist_ok=True)

@@ -2,7 +2,14 @@
 
 No ``T x S`` bias is materialised for slope schemes (ALiBi): the score function
 adds ``slope_h * (k - q)`` inside the kernel, and fully masked blocks above the
-diagonal are skipped. Other bias schemes are looked up from their dense bias.
+diagonal are skipped. Other bias schemes are read from the pass's dense bias.
+
+Compiled once per kind of call: full sequences (``T == S``) with static shapes,
+KV-cache calls (``T < S``) with dynamic shapes, so decoding does not recompile
+at every step. The cache offset is a tensor, never a Python constant in the
+score function. Inductor's kernels need a head size of at least 16 (a power of
+two): smaller heads are zero-padded, which changes no score (q is scaled so
+the kernel's ``1/sqrt(D')`` is ``1/sqrt(D)``) and the padded output columns are dropped.
 """
 
 from __future__ import annotations
@@ -12,17 +19,22 @@ import os
 import warnings
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from alilama_core.errors import PluginUnavailableError
-from alilama_core.interfaces import AttentionBackend, PositionalScheme
-from alilama_attention.masks import positions
+from alilama_core.interfaces import AttentionBackend, AttentionBias, AttentionCase, PositionalScheme
+from alilama_attention.masks import attention_bias
 
 _block_masks: dict[tuple, object] = {}
 _compiled: dict[str, object] = {}
 
 
-def _kernel(device: torch.device):
+def _compiles(device: torch.device) -> bool:
+    return device.type == "cuda" or os.environ.get("ALILAMA_FLEX_COMPILE") == "1"
+
+
+def _kernel(device: torch.device, dynamic: bool):
     """The compiled kernel on CUDA (or anywhere with ``ALILAMA_FLEX_COMPILE=1``), else eager.
 
     Eager FlexAttention computes the same result without fusing (it materialises
@@ -30,12 +42,12 @@ def _kernel(device: torch.device):
     """
     from torch.nn.attention import flex_attention as fa
 
-    compile_it = device.type == "cuda" or os.environ.get("ALILAMA_FLEX_COMPILE") == "1"
-    if not compile_it:
+    if not _compiles(device):
         return _eager_flex
-    if "compiled" not in _compiled:
-        _compiled["compiled"] = torch.compile(fa.flex_attention, dynamic=False)
-    return _compiled["compiled"]
+    key = "dynamic" if dynamic else "static"
+    if key not in _compiled:
+        _compiled[key] = torch.compile(fa.flex_attention, dynamic=dynamic)
+    return _compiled[key]
 
 
 def _eager_flex(*args, **kwargs):
@@ -57,19 +69,25 @@ def _check() -> str | None:
 
 
 def _causal_block_mask(t: int, s: int, device: torch.device):
+    """The causal block mask for ``t`` queries ending at key ``s - 1``, built once per shape."""
     from torch.nn.attention.flex_attention import create_block_mask
 
     key = (t, s, device)
     if key not in _block_masks:
-        offset = s - t
+        offset = torch.tensor(s - t, device=device)
 
         def causal(b, h, q_idx, kv_idx):
             return q_idx + offset >= kv_idx
 
-        if len(_block_masks) >= 8:
+        if len(_block_masks) >= 16:
             _block_masks.pop(next(iter(_block_masks)))
         _block_masks[key] = create_block_mask(causal, None, None, t, s, device=device)
     return _block_masks[key]
+
+
+def padded_head_dim(d: int) -> int:
+    """The head size the compiled kernel runs: a power of two, at least 16."""
+    return max(16, 1 << (d - 1).bit_length())
 
 
 def flex_attention_fn(
@@ -80,6 +98,7 @@ def flex_attention_fn(
     positional: PositionalScheme | None = None,
     causal: bool = True,
     key_padding_mask: Tensor | None = None,
+    bias: AttentionBias | None = None,
 ) -> Tensor:
     from torch.nn.attention.flex_attention import create_block_mask
 
@@ -92,19 +111,19 @@ def flex_attention_fn(
                 "use it for inference only (under torch.no_grad()), or train with "
                 "model.attention=sdpa or model.attention=eager (or flex on a CUDA device)."
             )
-    t, s = q.size(-2), k.size(-2)
-    offset = s - t
+    context = attention_bias(bias, positional, q, k, key_padding_mask, causal)
+    t, s, d = q.size(-2), k.size(-2), q.size(-1)
+    offset = torch.tensor(s - t, device=q.device)  # a tensor: no recompile as the cache grows
     score_mod = None
-    if positional is not None:
-        if positional.has_slopes:
-            slopes = positional.slopes().to(q.device)
+    if context.scheme is not None:
+        slopes = context.slopes
+        if slopes is not None:
 
             def score_mod(score, b, h, q_idx, kv_idx):
                 return score + slopes[h] * (kv_idx - q_idx - offset)
 
         else:
-            q_pos, k_pos = positions(t, s, q.device)
-            dense = positional.bias(q_pos, k_pos).to(q.dtype)  # (H, T, S)
+            dense = context.dense()  # (H, T, S) float32, once per pass
 
             def score_mod(score, b, h, q_idx, kv_idx):
                 return score + dense[h, q_idx, kv_idx]
@@ -114,13 +133,29 @@ def flex_attention_fn(
         keep = key_padding_mask
 
         def padded(b, h, q_idx, kv_idx):
-            visible = keep[b, kv_idx] | (kv_idx == q_idx + offset)  # a pad query still sees itself
+            visible = keep[b, kv_idx] | (kv_idx == q_idx + offset)  # a padded query still sees itself
             return visible & (q_idx + offset >= kv_idx) if causal else visible
 
         block_mask = create_block_mask(padded, q.size(0), None, t, s, device=q.device)
-    elif causal:
+    elif causal and t > 1:  # one query at the end sees every key
         block_mask = _causal_block_mask(t, s, q.device)
-    return _kernel(q.device)(q, k, v, score_mod=score_mod, block_mask=block_mask)
+    kernel = _kernel(q.device, dynamic=t < s)
+    if _compiles(q.device) and padded_head_dim(d) != d:
+        wide = padded_head_dim(d)
+        q = q * (wide / d) ** 0.5  # the kernel's default 1/sqrt(D') scale then equals 1/sqrt(D)
+        q, k, v = (F.pad(x, (0, wide - d)) for x in (q, k, v))  # (B, H, *, D') zeros change no score
+        return kernel(q, k, v, score_mod=score_mod, block_mask=block_mask)[..., :d]  # (B, H, T, D)
+    return kernel(q, k, v, score_mod=score_mod, block_mask=block_mask)  # (B, H, T, D)
+
+
+def _accepts(case: AttentionCase) -> str | None:
+    if case.bias_trainable:
+        return "gradients to a bias captured in score_mod are not relied on"
+    return None
+
+
+def _memory(heads: int, t: int) -> str:
+    return f"{heads * 4} bytes of slopes for slope schemes (the bias is applied in the kernel)"
 
 
 backend = AttentionBackend(
@@ -130,4 +165,9 @@ backend = AttentionBackend(
     trains_on=("cuda",),
     check=_check,
     description="torch FlexAttention (score_mod bias, causal block mask); CPU: inference only",
+    devices=("cpu", "cuda"),
+    accepts=_accepts,
+    priority={"cuda:long": 80},  # on an H200, sdpa was faster for short inputs and decode steps
+    shared_bias=True,
+    memory=_memory,
 )

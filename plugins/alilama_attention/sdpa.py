@@ -1,9 +1,12 @@
 """``torch.nn.functional.scaled_dot_product_attention``.
 
-Without a bias the causal case uses ``is_causal=True``. With a bias, the causal
-mask is folded into one 4-D float mask ``(1, H, T, S)``: PyTorch refuses a float
-mask together with ``is_causal``, and on CPU a 3-D mask falls back to the slow
-math kernel while a 4-D one runs the fused kernel.
+Without a bias or padding the causal case uses ``is_causal=True``. Otherwise the
+bias, the causal mask and the padding mask are folded into one 4-D additive mask
+``(B or 1, H or 1, T, S)``, built once per forward pass and shared by all layers
+(PyTorch refuses a float mask together with ``is_causal``, and on CPU a 3-D mask
+falls back to the slow math kernel while a 4-D one runs the fused kernel). The
+kernel needs the mask in the activation dtype: in fp16/bf16 the bias is rounded
+to that dtype (an ALiBi bias ``m * d`` to about ``m * d / 256`` in bf16).
 """
 
 from __future__ import annotations
@@ -11,8 +14,8 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor
 
-from alilama_core.interfaces import AttentionBackend, PositionalScheme
-from alilama_attention.masks import dense_mask, padding_mask
+from alilama_core.interfaces import AttentionBackend, AttentionBias, PositionalScheme
+from alilama_attention.masks import attention_bias
 
 
 def sdpa_attention(
@@ -23,20 +26,40 @@ def sdpa_attention(
     positional: PositionalScheme | None = None,
     causal: bool = True,
     key_padding_mask: Tensor | None = None,
+    bias: AttentionBias | None = None,
 ) -> Tensor:
     t, s = q.size(-2), k.size(-2)
-    if positional is None and key_padding_mask is None:
+    if (positional is None or positional.kind != "bias") and key_padding_mask is None:
         if not causal or t == 1:  # one query sees every cached key
             return F.scaled_dot_product_attention(q, k, v)
         if t == s:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    mask = dense_mask(positional, t, s, causal, q.device, q.dtype)
-    if key_padding_mask is not None:
-        pad = padding_mask(key_padding_mask, q.dtype)
-        mask = pad if mask is None else mask + pad  # (B, H or 1, T, S)
+    mask = attention_bias(bias, positional, q, k, key_padding_mask, causal).mask(q.dtype)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
+def _memory(heads: int, t: int) -> str:
+    dense = heads * t * t * 4
+    return (
+        f"{_human(dense)} dense (1, {heads}, {t}, {t}) float32 mask at T={t}, built once per "
+        f"forward pass and shared by all layers; it grows as T^2 ({_human(dense * 64)} at T={8 * t})"
+    )
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
 backend = AttentionBackend(
-    "sdpa", sdpa_attention, bias="dense", description="PyTorch scaled_dot_product_attention"
+    "sdpa",
+    sdpa_attention,
+    bias="dense",
+    description="PyTorch scaled_dot_product_attention",
+    priority={"decode": 50, "short": 50, "long": 40},
+    shared_bias=True,
+    memory=_memory,
 )

@@ -29,7 +29,8 @@ import math
 import torch
 from torch import Tensor
 
-from alilama_core.interfaces import AttentionBackend, PositionalScheme
+from alilama_core.interfaces import AttentionBackend, AttentionBias, AttentionCase, PositionalScheme
+from alilama_attention.masks import attention_bias
 
 QUERY_BLOCK = 128
 KEY_CHUNK = 256
@@ -81,13 +82,23 @@ class _TiledALiBi(torch.autograd.Function):
             p0 = offset + q0  # absolute position of the block's first query
             qb = q[:, :, q0 : q0 + n]
             ob, lb = _fwd(
-                qb, k[:, :, p0 : p0 + n], v[:, :, p0 : p0 + n], 0.0, False,
-                attn_mask=_diagonal_mask(slopes, n, diag_cache), scale=scale,
+                qb,
+                k[:, :, p0 : p0 + n],
+                v[:, :, p0 : p0 + n],
+                0.0,
+                False,
+                attn_mask=_diagonal_mask(slopes, n, diag_cache),
+                scale=scale,
             )
             if p0 > 0:
                 oa, la = _fwd(
-                    qb, k[:, :, :p0], v[:, :, :p0], 0.0, False,
-                    attn_mask=_key_bias(slopes, p0, 0, p0, n), scale=scale,
+                    qb,
+                    k[:, :, :p0],
+                    v[:, :, :p0],
+                    0.0,
+                    False,
+                    attn_mask=_key_bias(slopes, p0, 0, p0, n),
+                    scale=scale,
                 )
                 ob, lb = _merge(oa, la, ob, lb)
             out[:, :, q0 : q0 + n] = ob
@@ -111,8 +122,12 @@ class _TiledALiBi(torch.autograd.Function):
             tail = (out[:, :, rows], lse[:, :, rows], 0.0, False)
             diag = slice(p0, p0 + n)
             gq, gk, gv = _bwd(
-                *args, k[:, :, diag], v[:, :, diag], *tail,
-                attn_mask=_diagonal_mask(slopes, n, ctx.diag_cache), scale=scale,
+                *args,
+                k[:, :, diag],
+                v[:, :, diag],
+                *tail,
+                attn_mask=_diagonal_mask(slopes, n, ctx.diag_cache),
+                scale=scale,
             )
             dq[:, :, rows] += gq
             dk[:, :, diag] += gk
@@ -121,8 +136,12 @@ class _TiledALiBi(torch.autograd.Function):
                 stop = min(start + KEY_CHUNK, p0)
                 keys = slice(start, stop)
                 gq, gk, gv = _bwd(
-                    *args, k[:, :, keys], v[:, :, keys], *tail,
-                    attn_mask=_key_bias(slopes, p0, start, stop, n), scale=scale,
+                    *args,
+                    k[:, :, keys],
+                    v[:, :, keys],
+                    *tail,
+                    attn_mask=_key_bias(slopes, p0, start, stop, n),
+                    scale=scale,
                 )
                 dq[:, :, rows] += gq
                 dk[:, :, keys] += gk
@@ -138,23 +157,47 @@ def tiled_attention(
     positional: PositionalScheme | None = None,
     causal: bool = True,
     key_padding_mask: Tensor | None = None,
+    bias: AttentionBias | None = None,
 ) -> Tensor:
     """ALiBi-shaped bias with causal masking by query blocks; anything else goes to ``sdpa``."""
     from alilama_attention.sdpa import sdpa_attention
 
+    context = attention_bias(bias, positional, q, k, key_padding_mask, causal)
+    slopes = context.slopes
     usable = (
-        positional is not None
-        and positional.has_slopes
+        slopes is not None
         and causal
         and key_padding_mask is None
         and q.device.type == "cpu"
         and _fwd is not None
+        and not (slopes.requires_grad and torch.is_grad_enabled())  # the kernel gives slopes no gradient
     )
     if not usable:
-        return sdpa_attention(q, k, v, positional=positional, causal=causal, key_padding_mask=key_padding_mask)
-    slopes = positional.slopes().to(q.device)
-    cache = positional.__dict__.setdefault("_tiled_diag_cache", {})
-    return _TiledALiBi.apply(q, k, v, slopes, QUERY_BLOCK, cache)
+        return sdpa_attention(
+            q, k, v, positional=positional, causal=causal, key_padding_mask=key_padding_mask, bias=context
+        )
+    # The diagonal masks are kept between passes only for a static bias, else per pass.
+    owner = context.scheme.__dict__ if context.static else context.__dict__
+    cache = owner.setdefault("_tiled_diag_cache", {})
+    return _TiledALiBi.apply(q, k, v, slopes.detach(), QUERY_BLOCK, cache)
+
+
+def _accepts(case: AttentionCase) -> str | None:
+    if case.kind != "bias" or not case.has_slopes:
+        return "it speeds up slope-shaped biases only (others run through sdpa)"
+    if case.bias_trainable:
+        return "its kernel gives trainable slopes no gradient"
+    if not case.causal:
+        return "it is causal only"
+    return None
+
+
+def _memory(heads: int, t: int) -> str:
+    q = min(QUERY_BLOCK, t)
+    return (
+        f"{heads * q * q * 4 / 1024:.1f} KiB diagonal mask (1, {heads}, {q}, {q}) plus a per-block key bias of "
+        f"{heads} x S floats; no T x S bias at any length"
+    )
 
 
 backend = AttentionBackend(
@@ -163,4 +206,10 @@ backend = AttentionBackend(
     bias="dense",
     check=_check,
     description="CPU: ALiBi by query blocks over SDPA's fused kernel; no T x S bias, masked half skipped",
+    devices=("cpu",),
+    padding=False,
+    accepts=_accepts,
+    priority={"cpu:long": 80},
+    shared_bias=True,
+    memory=_memory,
 )

@@ -16,6 +16,19 @@ else:
     except ImportError as e:  # not built: fall back to pure Python
         IMPORT_ERROR = f"native module not available ({e})"
 
+if native is not None:
+    import regex
+
+    if getattr(native, "unicode_source", None) != f"regex {regex.__version__}":
+        import warnings
+
+        warnings.warn(
+            f"the native tokenizer's Unicode tables come from {getattr(native, 'unicode_source', 'an older build')}, "
+            f"but regex {regex.__version__} is installed: the two backends may split rare characters differently; "
+            f"install the pinned regex release or rebuild (pip install -e .)",
+            stacklevel=2,
+        )
+
 
 def resolve(backend: str | None) -> str:
     """``"native"`` or ``"python"`` for a requested backend (None: native when available)."""

@@ -11,7 +11,13 @@ The minbpe v1 ``.model`` format, line by line::
 
 from __future__ import annotations
 
+import ctypes
+import hashlib
 import json
+import os
+import shutil
+import sys
+import tempfile
 import unicodedata
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,6 +34,8 @@ MODEL_FILE = "tokenizer.model"
 VOCAB_FILE = "tokenizer.vocab"
 CONFIG_FILE = "tokenizer_config.json"
 HF_FILE = "tokenizer.json"
+SPECIAL_MAP_FILE = "special_tokens_map.json"
+HF_FILES = (HF_FILE, SPECIAL_MAP_FILE)
 FORMAT_VERSION = 1
 
 
@@ -57,11 +65,9 @@ def vocab_text(tok: "BPETokenizer") -> str:
     return "\n".join(lines) + "\n"
 
 
-def save(tok: "BPETokenizer", directory: Path) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(directory / MODEL_FILE, model_text(tok))
-    atomic_write_text(directory / VOCAB_FILE, vocab_text(tok))
-    config = {
+def config_dict(tok: "BPETokenizer", model: str) -> dict:
+    """``tokenizer_config.json`` of ``tok``, whose ``.model`` text is ``model``."""
+    return {
         "name": tok.name,
         "format": "minbpe v1",
         "format_version": FORMAT_VERSION,
@@ -71,8 +77,83 @@ def save(tok: "BPETokenizer", directory: Path) -> None:
         "num_merges": len(tok.merges),
         "special_tokens": tok.special_tokens,
         "pattern": tok.pattern,
+        "model_sha256": hashlib.sha256(model.encode("utf-8")).hexdigest(),
     }
-    atomic_write_text(directory / CONFIG_FILE, json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+
+
+def save(tok: "BPETokenizer", directory: Path) -> None:
+    """Write the tokenizer folder: in a temporary sibling folder, then moved into place.
+
+    The folder is locked while it is written (a second writer fails at once,
+    naming the holder's PID), so two saves never mix their files. A new folder
+    (or one holding only these files) is swapped in by renaming; in a folder that
+    holds other files too, the files are replaced one by one, the config last:
+    its hash of ``tokenizer.model`` makes a half-replaced folder fail to load.
+    """
+    from alilama_core.files import FolderBusyError, exclusive_lock
+
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise TokenizerError(f"cannot save the tokenizer into {directory}: it is a file, not a folder")
+    model = model_text(tok)
+    files = {
+        MODEL_FILE: model,
+        VOCAB_FILE: vocab_text(tok),
+    }
+    if (directory / HF_FILE).is_file():  # written by save_hf before: kept in step with the model
+        files.update(hf_files(tok))
+    files[CONFIG_FILE] = json.dumps(config_dict(tok, model), indent=2, ensure_ascii=False) + "\n"
+    try:
+        with exclusive_lock(directory, what="tokenizer folder"):
+            _write_folder(directory, files)
+    except FolderBusyError as e:
+        raise TokenizerError(str(e)) from None
+    except OSError as e:
+        raise TokenizerError(f"cannot save the tokenizer into {directory}: {e.strerror or e}") from None
+
+
+def _write_folder(directory: Path, files: dict[str, str]) -> None:
+    tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.", suffix=".tmp"))
+    try:
+        for name, text in files.items():
+            atomic_write_text(tmp / name, text)
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700 folders
+        if not directory.exists():
+            os.replace(tmp, directory)
+            return
+        if {p.name for p in directory.iterdir()} <= set(files) | set(HF_FILES):
+            if _exchange(tmp, directory):  # one atomic step: tmp now holds the old folder
+                return
+            old = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.", suffix=".old"))
+            try:
+                os.replace(directory, old / directory.name)
+                os.replace(tmp, directory)
+            finally:
+                shutil.rmtree(old, ignore_errors=True)
+            return
+        for name in files:  # the config last
+            os.replace(tmp / name, directory / name)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux ``renameat2(RENAME_EXCHANGE)``); False where unsupported."""
+    if sys.platform != "linux":
+        return False
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def model_path(path: Path) -> Path:
@@ -90,10 +171,69 @@ def model_path(path: Path) -> Path:
     return path
 
 
-def read_model(path: Path) -> tuple[list[tuple[int, int]], dict[str, int], str]:
-    """Merges, special tokens and pattern of a minbpe v1 ``.model`` file."""
+def read_folder(path: Path) -> tuple[list[tuple[int, int]], dict[str, int], str]:
+    """Merges, special tokens and pattern of a saved folder (or a ``.model`` file).
+
+    In a folder, ``tokenizer.model`` is checked against ``tokenizer_config.json``:
+    the hash recorded there (folders saved before hashes were recorded have none),
+    the number of merges, the vocabulary size and the special tokens. A file that
+    was truncated, edited or swapped is refused with an error naming it.
+    """
+    mpath = model_path(path)
+    cpath = mpath.parent / CONFIG_FILE
+    if not path.is_dir() or not cpath.is_file():
+        return read_model(mpath)
     try:
-        text = path.read_text(encoding="utf-8")
+        config = json.loads(cpath.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise TokenizerError(f"{cpath} is corrupt: {e}") from None
+    if not isinstance(config, dict):
+        raise TokenizerError(f"{cpath} is corrupt: it does not hold a JSON object")
+    try:
+        raw = mpath.read_bytes()
+    except OSError as e:
+        raise TokenizerError(f"cannot read {mpath}: {e.strerror or e}") from None
+
+    def mismatch(what: str) -> TokenizerError:
+        return TokenizerError(
+            f"{mpath} does not match {cpath.name} ({what}): the file was truncated, edited or replaced "
+            f"after the tokenizer was saved; save or train the tokenizer again"
+        )
+
+    expected = config.get("model_sha256")
+    if expected is not None and hashlib.sha256(raw).hexdigest() != expected:
+        merges = None
+        try:  # say what differs when the file still parses
+            merges, _, _ = read_model(mpath, raw)
+        except TokenizerError:
+            pass
+        n = config.get("num_merges")
+        if merges is not None and isinstance(n, int) and len(merges) != n:
+            raise mismatch(f"{len(merges)} merges, the config records {n}")
+        if not raw.endswith(b"\n"):
+            raise mismatch("it ends in the middle of a line, and its SHA-256 differs from the one recorded")
+        raise mismatch("its SHA-256 differs from the one recorded")
+    merges, specials, pattern = read_model(mpath, raw)
+    n = config.get("num_merges")
+    if isinstance(n, int) and len(merges) != n:
+        raise mismatch(f"{len(merges)} merges, the config records {n}")
+    if "special_tokens" in config and config["special_tokens"] != specials:
+        raise mismatch(f"special tokens {specials}, the config records {config['special_tokens']}")
+    size = config.get("vocab_size")
+    if isinstance(size, int) and size != max([256 + len(merges), *(i + 1 for i in specials.values())]):
+        raise mismatch(f"the vocabulary size differs from the {size} recorded")
+    return merges, specials, pattern
+
+
+def read_model(path: Path, raw: bytes | None = None) -> tuple[list[tuple[int, int]], dict[str, int], str]:
+    """Merges, special tokens and pattern of a minbpe v1 ``.model`` file.
+
+    Merges that would build a token longer than ``reference.MAX_TOKEN_BYTES``
+    (or a vocabulary of more than ``reference.MAX_VOCAB_BYTES``) are refused
+    here, from the token lengths alone, before any vocabulary is built.
+    """
+    try:
+        text = (raw if raw is not None else path.read_bytes()).decode("utf-8")
     except UnicodeDecodeError as e:
         raise TokenizerError(f"{path} is corrupt: invalid UTF-8 at byte offset {e.start}") from None
     except OSError as e:
@@ -124,6 +264,8 @@ def read_model(path: Path) -> tuple[list[tuple[int, int]], dict[str, int], str]:
             raise bad(lineno, f"expected '<special token> <id>', found {lines[3 + k][:60]!r}")
         specials[parts[0]] = int(parts[1])
     merges: list[tuple[int, int]] = []
+    lengths = [1] * 256
+    total = 256
     for k, line in enumerate(lines[3 + n_special :]):
         lineno = 4 + n_special + k
         parts = line.split()
@@ -132,6 +274,17 @@ def read_model(path: Path) -> tuple[list[tuple[int, int]], dict[str, int], str]:
         a, b = int(parts[0]), int(parts[1])
         if a >= 256 + k or b >= 256 + k:
             raise bad(lineno, f"merge ({a}, {b}) uses an id not defined before it")
+        length = lengths[a] + lengths[b]
+        if length > reference.MAX_TOKEN_BYTES:
+            raise bad(
+                lineno,
+                f"merge ({a}, {b}) makes a token of {length} bytes; tokens are limited to "
+                f"{reference.MAX_TOKEN_BYTES} bytes",
+            )
+        total += length
+        if total > reference.MAX_VOCAB_BYTES:
+            raise bad(lineno, f"the merges make a vocabulary of more than {reference.MAX_VOCAB_BYTES} bytes")
+        lengths.append(length)
         merges.append((a, b))
     return merges, specials, pattern
 
@@ -168,6 +321,14 @@ def hf_tokenizer_json(tok: "BPETokenizer") -> dict:
                 f"ids {vocab[s]} and {i} have the same bytes {vocab_bytes[i]!r}; tokenizer.json cannot hold both"
             )
         vocab[s] = i
+    for t, i in sorted(tok.special_tokens.items(), key=lambda kv: kv[1]):
+        # In the model's vocabulary too, so that `tokenizers` keeps the id (an added token
+        # that the model does not know is given the next free id instead, gaps ignored).
+        if t in vocab:
+            raise TokenizerError(
+                f"special token {t!r} spells the same string as id {vocab[t]}; tokenizer.json cannot hold both"
+            )
+        vocab[t] = i
     merges = [f"{strings[a]} {strings[b]}" for a, b in tok.merges]
     added = [
         {
@@ -211,10 +372,39 @@ def hf_tokenizer_json(tok: "BPETokenizer") -> dict:
     }
 
 
+def special_tokens_map(tok: "BPETokenizer") -> dict[str, str]:
+    """transformers' ``special_tokens_map.json``: end of text as ``eos_token`` (and ``bos``/``pad``).
+
+    Alilama separates documents with ``<|endoftext|>``, so it begins and ends
+    them too; ``<|pad|>`` pads when the tokenizer has it, else end of text.
+    """
+    eot = "<|endoftext|>" if "<|endoftext|>" in tok.special_tokens else None
+    out: dict[str, str] = {}
+    if eot is not None:
+        out.update(bos_token=eot, eos_token=eot, pad_token=eot)
+    if "<|pad|>" in tok.special_tokens:
+        out["pad_token"] = "<|pad|>"
+    return out
+
+
+def hf_files(tok: "BPETokenizer") -> dict[str, str]:
+    """Contents of ``tokenizer.json`` and ``special_tokens_map.json``."""
+    return {
+        HF_FILE: json.dumps(hf_tokenizer_json(tok), ensure_ascii=False),
+        SPECIAL_MAP_FILE: json.dumps(special_tokens_map(tok), indent=2, ensure_ascii=False) + "\n",
+    }
+
+
 def save_hf(tok: "BPETokenizer", directory: Path) -> Path:
-    path = directory / HF_FILE
-    atomic_write_text(path, json.dumps(hf_tokenizer_json(tok), ensure_ascii=False))
-    return path
+    """Write ``tokenizer.json`` and ``special_tokens_map.json``; returns the first one's path."""
+    if directory.exists() and not directory.is_dir():
+        raise TokenizerError(f"cannot write tokenizer.json into {directory}: it is a file, not a folder")
+    try:
+        for name, text in hf_files(tok).items():
+            atomic_write_text(directory / name, text)
+    except OSError as e:
+        raise TokenizerError(f"cannot write tokenizer.json into {directory}: {e.strerror or e}") from None
+    return directory / HF_FILE
 
 
 # ---------------------------------------------------------------- tiktoken

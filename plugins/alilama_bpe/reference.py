@@ -26,9 +26,10 @@ The rules, with tiny examples:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-
+import codecs
 import heapq
+import threading
+from collections.abc import Callable, Iterable, Sequence
 
 import regex
 
@@ -36,6 +37,11 @@ GPT4_SPLIT_PATTERN = (
     r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*"""
     r"""|\s*[\r\n]|\s+(?!\S)|\s+"""
 )
+
+MAX_TOKEN_BYTES = 4096
+"""Longest token a vocabulary may hold: longer merges are never learned, and refused on loading."""
+MAX_VOCAB_BYTES = 256 << 20
+"""Most bytes all tokens of a vocabulary may hold together (training stops there)."""
 
 _compiled: dict[str, regex.Pattern] = {}
 
@@ -51,6 +57,38 @@ def split(text: str, pattern: str = GPT4_SPLIT_PATTERN) -> list[str]:
     if not pattern:
         return [text] if text else []
     return _compile(pattern).findall(text)
+
+
+_ILL_FORMED = "\udfff"  # stands for one ill-formed subpart: a lone surrogate, of no class
+_spans = threading.local()
+
+
+def _mark_ill_formed(e: UnicodeDecodeError) -> tuple[str, int]:
+    _spans.found.append((e.start, e.end))
+    return _ILL_FORMED, e.end
+
+
+codecs.register_error("alilama-bpe-mark", _mark_ill_formed)
+
+
+def split_bytes(data: bytes, pattern: str = GPT4_SPLIT_PATTERN) -> list[bytes]:
+    r"""Chunks of raw bytes: each maximal ill-formed UTF-8 subpart is one character of no class.
+
+    >>> split_bytes(b"ab \xe0\xa0cd \xff!")
+    [b'ab', b' \xe0\xa0', b'cd', b' \xff!']
+    """
+    _spans.found = []
+    text = data.decode("utf-8", errors="alilama-bpe-mark")
+    spans = iter(_spans.found)
+    out = []
+    for chunk in split(text, pattern):
+        parts = chunk.split(_ILL_FORMED)
+        pieces = [parts[0].encode("utf-8")]
+        for part in parts[1:]:
+            a, b = next(spans)
+            pieces += [data[a:b], part.encode("utf-8")]
+        out.append(b"".join(pieces))
+    return out
 
 
 def split_specials(text: str, specials: Sequence[str]) -> list[str]:
@@ -119,16 +157,24 @@ def train(
 ) -> list[tuple[int, int]]:
     """Learn up to ``num_merges`` merges from unique chunks and their counts.
 
-    Stops early (returning fewer merges) when no pair is left.
+    Stops early (returning fewer merges) when no pair is left. A pair whose token
+    would be longer than ``MAX_TOKEN_BYTES`` is never merged.
     """
     chunks = [list(b) for b in chunk_counts]
     weights = list(chunk_counts.values())
     merges: list[tuple[int, int]] = []
+    length = [1] * 256
+    total = 256
     for i in range(num_merges):
         stats = get_stats(chunks, weights)
+        stats = {p: c for p, c in stats.items() if length[p[0]] + length[p[1]] <= MAX_TOKEN_BYTES}
         if not stats:
             break
         pair = max(stats, key=stats.__getitem__)  # first maximal pair = earliest in the text
+        total += length[pair[0]] + length[pair[1]]
+        if total > MAX_VOCAB_BYTES:
+            break
+        length.append(length[pair[0]] + length[pair[1]])
         idx = 256 + i
         chunks = [merge(ids, pair, idx) if len(ids) > 1 else ids for ids in chunks]
         merges.append(pair)
@@ -147,8 +193,11 @@ def train_incremental(
     Symbols of all unique chunks live in one array of doubly linked lists, laid
     out in order of first occurrence, so a node's index orders occurrences as the
     text does. Each pair keeps its exact count, the set of its occurrences (node
-    index of the left symbol) and its first occurrence; a heap of
-    ``(-count, first, pair)`` with lazy deletion finds the next merge.
+    index of the left symbol) and a lower bound of its first occurrence; a heap
+    of ``(-count, first, pair)`` with lazy deletion finds the next merge. The
+    bound is made exact only when the pair reaches the top of the heap, so a
+    merge costs time in proportion to the occurrences it changes, even in one
+    long run of a character (removing an occurrence never searches the others).
     """
     ids: list[int] = []
     nxt: list[int] = []
@@ -166,8 +215,11 @@ def train_incremental(
 
     count: dict[tuple[int, int], int] = {}
     where: dict[tuple[int, int], set[int]] = {}
-    first: dict[tuple[int, int], int] = {}
+    first: dict[tuple[int, int], int] = {}  # a lower bound of the first occurrence
     changed: set[tuple[int, int]] = set()
+    length = [1] * 256
+    too_long: set[tuple[int, int]] = set()
+    total = 256
 
     def add(pair: tuple[int, int], pos: int, w: int) -> None:
         count[pair] = count.get(pair, 0) + w
@@ -178,10 +230,7 @@ def train_incremental(
 
     def remove(pair: tuple[int, int], pos: int, w: int) -> None:
         count[pair] -= w
-        occ = where[pair]
-        occ.discard(pos)
-        if first[pair] == pos:
-            first[pair] = min(occ) if occ else len(ids)
+        where[pair].discard(pos)
         changed.add(pair)
 
     for i in range(len(ids)):
@@ -194,9 +243,20 @@ def train_incremental(
     merges: list[tuple[int, int]] = []
     while len(merges) < num_merges and heap:
         neg, f, pair = heapq.heappop(heap)
-        if count.get(pair, 0) != -neg or neg == 0 or first[pair] != f:
+        if count.get(pair, 0) != -neg or neg == 0 or first[pair] != f or pair in too_long:
             continue  # stale entry
+        if f not in where[pair]:  # the bound is stale: make it exact, then try again
+            first[pair] = min(where[pair])
+            heapq.heappush(heap, (neg, first[pair], pair))
+            continue
         a, b = pair
+        if length[a] + length[b] > MAX_TOKEN_BYTES:
+            too_long.add(pair)
+            continue
+        total += length[a] + length[b]
+        if total > MAX_VOCAB_BYTES:
+            break
+        length.append(length[a] + length[b])
         z = 256 + len(merges)
         for i in sorted(where[pair]):
             j = nxt[i]
@@ -220,7 +280,7 @@ def train_incremental(
         del count[pair], where[pair], first[pair]
         changed.discard(pair)
         for q in changed:
-            if count[q] > 0:
+            if count[q] > 0 and q not in too_long:
                 heapq.heappush(heap, (-count[q], first[q], q))
         changed.clear()
         if progress is not None:
@@ -238,6 +298,27 @@ def encode_chunk(data: bytes, ranks: dict[tuple[int, int], int]) -> list[int]:
             break
         ids = merge(ids, pair, 256 + ranks[pair])
     return ids
+
+
+def check_merges(merges: Sequence[tuple[int, int]]) -> None:
+    """Refuse merges that build a token over ``MAX_TOKEN_BYTES`` (or too big a vocabulary).
+
+    Only lengths are computed, so refusing costs no memory.
+    """
+    from alilama_core.errors import TokenizerError
+
+    length = [1] * 256
+    total = 256
+    for i, (a, b) in enumerate(merges):
+        n = length[a] + length[b]
+        if n > MAX_TOKEN_BYTES:
+            raise TokenizerError(
+                f"merge {i} ({a}, {b}) makes a token of {n} bytes; tokens are limited to {MAX_TOKEN_BYTES} bytes"
+            )
+        total += n
+        if total > MAX_VOCAB_BYTES:
+            raise TokenizerError(f"the merges make a vocabulary of more than {MAX_VOCAB_BYTES} bytes")
+        length.append(n)
 
 
 class Encoder:
@@ -258,6 +339,13 @@ class Encoder:
                 if len(cache) < 100_000:
                     cache[chunk] = ids
             out.extend(ids)
+        return out
+
+    def encode_bytes(self, data: bytes) -> list[int]:
+        """Ids of raw bytes (see :func:`split_bytes` for ill-formed UTF-8)."""
+        out: list[int] = []
+        for chunk in split_bytes(data, self.pattern):
+            out.extend(encode_chunk(chunk, self.ranks))
         return out
 
 

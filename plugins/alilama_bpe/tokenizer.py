@@ -19,10 +19,12 @@ counts all three, so ``merges = vocab_size - 256 - len(special_tokens)``.
 from __future__ import annotations
 
 import os
+import re
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from alilama_core.errors import TokenizerError
 from alilama_core.tokenizer import AllowedSpecial, ProgressCallback, Tokenizer
@@ -33,10 +35,15 @@ from alilama_bpe.reference import GPT4_SPLIT_PATTERN
 if TYPE_CHECKING:
     import numpy as np
 
+DisallowedSpecial = Literal["all"] | Collection[str]
+"""tiktoken's ``disallowed_special``: ``"all"`` or the strings whose presence is an error."""
+
 # Texts are handed to the native counter in batches of at most this many characters or texts
 # (the counter holds a view of each text of a batch while it runs).
 _BATCH_BYTES = 8 << 20  # the UTF-8 copies of a batch's non-ASCII texts are transient
 _BATCH_TEXTS = 8192
+MAX_VOCAB_SIZE = 1 << 24
+"""Largest vocabulary that ``train`` accepts (the native code hands out ids below 2^24)."""
 
 
 def _default_threads(threads: int | None) -> int:
@@ -72,6 +79,9 @@ class BPETokenizer(Tokenizer):
     """Byte-level BPE tokenizer (minbpe's RegexTokenizer semantics, native speed)."""
 
     name: ClassVar[str] = "bpe"
+    defaults: ClassVar[dict[str, Any]] = {"pattern": GPT4_SPLIT_PATTERN, "backend": None}
+    """Training settings: the split ``pattern`` (regex) and ``backend`` (native, python or None)."""
+    hf_export: ClassVar[bool] = True
     backend: ClassVar[str | None] = None
     """``"native"``, ``"python"`` or None (native when built); subclasses may pin it."""
 
@@ -91,6 +101,7 @@ class BPETokenizer(Tokenizer):
             self._merges.append((a, b))
         if len(set(self._merges)) != len(self._merges):
             raise TokenizerError("the merges repeat a pair")
+        reference.check_merges(self._merges)  # token lengths, before any vocabulary is built
         specials = dict(special_tokens or {})
         check_special_tokens(specials)
         n = 256 + len(self._merges)
@@ -229,6 +240,10 @@ class BPETokenizer(Tokenizer):
             raise TokenizerError(
                 f"vocab_size must be at least 256 (the bytes) + {len(specials)} (special tokens), got {vocab_size}"
             )
+        if vocab_size > MAX_VOCAB_SIZE:
+            raise TokenizerError(
+                f"vocab_size must be at most {MAX_VOCAB_SIZE:,} (ids are kept below 2^24), got {vocab_size:,}"
+            )
         num_merges = vocab_size - 256 - len(specials)
         impl = _backend.resolve(backend if backend is not None else cls.backend)
         if impl == "native" and pattern != GPT4_SPLIT_PATTERN:
@@ -249,6 +264,8 @@ class BPETokenizer(Tokenizer):
                         trainer.add_file(p, errors, file_progress)
                     except native.NativeTokenizerError as e:
                         raise TokenizerError(str(e)) from None
+                    except MemoryError:
+                        raise TokenizerError(f"not enough memory to train on {p}") from None
                     before += size
             else:
                 batch: list[str] = []
@@ -265,7 +282,8 @@ class BPETokenizer(Tokenizer):
                     _add(trainer, batch)
             if trainer.total_bytes == 0:
                 raise TokenizerError("no text to train on (the input is empty)")
-            merges = [tuple(m) for m in trainer.train(num_merges, progress)]
+            with _native_errors("train on the text"):
+                merges = [tuple(m) for m in trainer.train(num_merges, progress)]
         else:
             if paths is not None:
 
@@ -296,14 +314,20 @@ class BPETokenizer(Tokenizer):
 
     # ------------------------------------------------------------------ encoding
 
-    def _special_sets(self, allowed_special: AllowedSpecial) -> tuple[list[str], list[str]]:
-        """(special tokens to recognise, special tokens whose presence in the text is an error)."""
+    def _special_sets(
+        self, allowed_special: AllowedSpecial, disallowed_special: DisallowedSpecial | None = None
+    ) -> tuple[list[str], list[str]]:
+        """(special tokens to recognise, strings whose presence in the text is an error).
+
+        tiktoken's meanings: ``allowed_special`` is ``"all"`` or a set (``"none"``
+        and ``"none_raise"`` are the empty set); ``disallowed_special`` is ``"all"``
+        (every special token not allowed) or a collection, ``()`` encoding the
+        rest as plain text. Its default (None) is ``()`` for ``"none"``, else ``"all"``.
+        """
         if allowed_special == "all":
-            return list(self._special), []
-        if allowed_special == "none":
-            return [], []
-        if allowed_special == "none_raise":
-            allowed: set[str] = set()
+            allowed = set(self._special)
+        elif allowed_special in ("none", "none_raise"):
+            allowed = set()
         elif not isinstance(allowed_special, str) and hasattr(allowed_special, "__iter__"):
             allowed = set(allowed_special)  # type: ignore[arg-type]
             unknown = allowed - set(self._special)
@@ -313,24 +337,26 @@ class BPETokenizer(Tokenizer):
             raise TokenizerError(
                 f"allowed_special must be 'all', 'none', 'none_raise' or a set, not {allowed_special!r}"
             )
-        return [t for t in self._special if t in allowed], [t for t in self._special if t not in allowed]
+        if disallowed_special is None:
+            disallowed_special = () if allowed_special == "none" else "all"
+        if disallowed_special == "all":
+            disallowed = [t for t in self._special if t not in allowed]
+        elif not isinstance(disallowed_special, str) and hasattr(disallowed_special, "__iter__"):
+            disallowed = list(dict.fromkeys(disallowed_special))
+            for t in disallowed:
+                if not isinstance(t, str) or not t:
+                    raise TokenizerError(f"disallowed_special must hold non-empty strings, got {t!r}")
+        else:
+            raise TokenizerError(f"disallowed_special must be 'all' or a collection of str, not {disallowed_special!r}")
+        return [t for t in self._special if t in allowed], disallowed
 
     @staticmethod
     def _disallowed_error(token: str) -> TokenizerError:
         return TokenizerError(
             f"the text contains the special token {token!r}; pass allowed_special='all' (or a set holding it) "
-            f"to encode it as a special token, or allowed_special='none' to encode it as plain text"
+            f"to encode it as a special token, or allowed_special='none' (disallowed_special=()) to encode it "
+            f"as plain text"
         )
-
-    def _allowed(self, text_or_texts: str | Sequence[str], allowed_special: AllowedSpecial) -> list[str]:
-        """Special tokens to recognise; raise if a disallowed one occurs in the text."""
-        allowed, disallowed = self._special_sets(allowed_special)
-        texts = [text_or_texts] if isinstance(text_or_texts, str) else text_or_texts
-        if disallowed:
-            found = self._find_special(texts, disallowed)
-            if found is not None:
-                raise self._disallowed_error(found[1])
-        return allowed
 
     @staticmethod
     def _find_special(texts: Sequence[str], tokens: list[str]) -> tuple[int, str] | None:
@@ -340,20 +366,67 @@ class BPETokenizer(Tokenizer):
                     return i, t
         return None
 
-    def encode(self, text: str, allowed_special: AllowedSpecial = "none_raise") -> list[int]:
+    @staticmethod
+    def _check_errors(errors: str) -> None:
+        if errors not in ("strict", "replace"):
+            raise TokenizerError(f"errors must be 'strict' or 'replace', not {errors!r}")
+
+    def encode(
+        self,
+        text: str,
+        allowed_special: AllowedSpecial = "none_raise",
+        *,
+        disallowed_special: DisallowedSpecial | None = None,
+        errors: str = "strict",
+    ) -> list[int]:
+        """Ids of ``text``; special tokens as tiktoken's ``encode`` treats them.
+
+        ``errors="replace"`` encodes a text holding lone surrogates as tiktoken
+        does (surrogate pairs joined, lone ones as U+FFFD); ``"strict"`` raises.
+        """
         if not isinstance(text, str):
             raise TypeError(f"encode() takes str, not {type(text).__name__}")
-        allowed = self._allowed(text, allowed_special)
+        self._check_errors(errors)
+        allowed, disallowed = self._special_sets(allowed_special, disallowed_special)
+        if disallowed:
+            found = self._find_special([text], disallowed)
+            if found is not None:
+                raise self._disallowed_error(found[1])
         try:
-            if self._impl == "native":
+            return self._encode_one(text, allowed)
+        except UnicodeEncodeError:
+            if errors == "replace":
+                return self._encode_one(_fix_surrogates(text), allowed)
+            raise TokenizerError(
+                f"the text is not valid Unicode (lone surrogate at character {_surrogate_at(text)}); "
+                f"pass errors='replace' to encode it as U+FFFD"
+            ) from None
+
+    def _encode_one(self, text: str, allowed: list[str]) -> list[int]:
+        if self._impl == "native":
+            with _native_errors("encode the text"):
                 return self._enc.encode(text, allowed, 1)
-            return self._encode_python(text, allowed)
-        except UnicodeEncodeError as e:
-            raise TokenizerError(f"the text is not valid Unicode (lone surrogate at character {e.start})") from None
+        return self._encode_python(text, allowed)
 
     def encode_ordinary(self, text: str) -> list[int]:
         """Ids of ``text`` with special tokens treated as plain text."""
         return self.encode(text, allowed_special="none")
+
+    def encode_bytes(self, data: bytes) -> list[int]:
+        """Ids of raw bytes, special tokens as plain text (tiktoken's ``_encode_bytes``).
+
+        UTF-8 gives ``encode_ordinary(data.decode())``; in other bytes, each
+        maximal ill-formed UTF-8 subpart (what ``errors="replace"`` would turn
+        into one U+FFFD) is one character that is neither letter, number nor
+        space for the split pattern, and keeps its bytes.
+        """
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"encode_bytes() takes bytes, not {type(data).__name__}")
+        data = bytes(data)
+        if self._impl == "native":
+            with _native_errors("encode the text"):
+                return self._enc.encode_bytes(data)
+        return self._enc.encode_bytes(data)
 
     def _encode_python(self, text: str, allowed: Sequence[str]) -> list[int]:
         if not allowed:
@@ -373,22 +446,41 @@ class BPETokenizer(Tokenizer):
         *,
         threads: int | None = None,
         allowed_special: AllowedSpecial = "none_raise",
+        disallowed_special: DisallowedSpecial | None = None,
+        errors: str = "strict",
     ) -> list[list[int]]:
+        """``[encode(t) for t in texts]`` with the same options, on ``threads`` threads."""
         texts = texts if isinstance(texts, list) else list(texts)
+        self._check_errors(errors)
+        allowed, disallowed = self._special_sets(allowed_special, disallowed_special)
         try:
-            if self._impl == "native":  # checks for disallowed special tokens while encoding
-                allowed, disallowed = self._special_sets(allowed_special)
-                try:
-                    return self._enc.encode_batch(texts, allowed, _default_threads(threads), disallowed)
-                except _backend.native.DisallowedSpecialError as e:
-                    raise self._disallowed_error(str(e)) from None
-            for t in texts:
-                if not isinstance(t, str):
-                    raise TypeError(f"encode_batch() takes a list of str, not of {type(t).__name__}")
-            allowed = self._allowed(texts, allowed_special)
-            return [self._encode_python(t, allowed) for t in texts]
+            return self._encode_many(texts, allowed, disallowed, threads)
         except UnicodeEncodeError as e:
-            raise TokenizerError(f"a text is not valid Unicode (lone surrogate at character {e.start})") from None
+            if errors == "replace":
+                return self._encode_many([_fix_surrogates(t) for t in texts], allowed, disallowed, threads)
+            at = next(((i, _surrogate_at(t)) for i, t in enumerate(texts) if _surrogate_at(t) >= 0), (0, e.start))
+            raise TokenizerError(
+                f"text {at[0]} is not valid Unicode (lone surrogate at character {at[1]}); "
+                f"pass errors='replace' to encode it as U+FFFD"
+            ) from None
+
+    def _encode_many(
+        self, texts: list[str], allowed: list[str], disallowed: list[str], threads: int | None
+    ) -> list[list[int]]:
+        if self._impl == "native":  # checks for disallowed special tokens while encoding
+            try:
+                with _native_errors("encode the text"):
+                    return self._enc.encode_batch(texts, allowed, _default_threads(threads), disallowed)
+            except _backend.native.DisallowedSpecialError as e:
+                raise self._disallowed_error(str(e)) from None
+        for t in texts:
+            if not isinstance(t, str):
+                raise TypeError(f"encode_batch() takes a list of str, not of {type(t).__name__}")
+        if disallowed:
+            found = self._find_special(texts, disallowed)
+            if found is not None:
+                raise self._disallowed_error(found[1])
+        return [self._encode_python(t, allowed) for t in texts]
 
     def encode_file(
         self,
@@ -413,10 +505,8 @@ class BPETokenizer(Tokenizer):
         if errors not in ("strict", "replace"):
             raise TokenizerError(f"errors must be 'strict' or 'replace', not {errors!r}")
         if self._impl == "native":
-            try:
+            with _native_errors("encode the file"):
                 return self._enc.encode_file(path, _default_threads(threads), errors, progress)
-            except _backend.native.NativeTokenizerError as e:
-                raise TokenizerError(str(e)) from None
         text = read_text(path, errors)
         ids = self._encode_python(text, list(self._special))
         if progress is not None:
@@ -460,8 +550,18 @@ class BPETokenizer(Tokenizer):
         """Load a folder written by :meth:`save`, or a minbpe ``.model`` file."""
         from alilama_bpe import formats
 
-        merges, specials, pattern = formats.read_model(formats.model_path(Path(directory)))
+        merges, specials, pattern = formats.read_folder(Path(directory))
         return cls(merges, specials, pattern, backend=backend)
+
+    def describe(self) -> dict[str, Any]:
+        """What ``alilama tokenizer info`` shows."""
+        return {
+            **super().describe(),
+            "merges": len(self.merges),
+            "pattern": self.pattern,
+            "implementation": self.implementation,
+            "stopped_early": self.stopped_early,
+        }
 
     def to_hf_json(self) -> dict:
         """The Hugging Face ``tokenizers`` ``tokenizer.json`` content (byte-level BPE)."""
@@ -482,9 +582,38 @@ class BPETokenizer(Tokenizer):
         return formats.tiktoken_encoding(self, name)
 
 
+@contextmanager
+def _native_errors(what: str) -> Iterator[None]:
+    """Native failures as ``TokenizerError`` (a disallowed special token passes through)."""
+    native = _backend.native
+    try:
+        yield
+    except native.DisallowedSpecialError:
+        raise
+    except native.NativeTokenizerError as e:
+        raise TokenizerError(f"cannot {what}: {e}") from None
+    except MemoryError:
+        raise TokenizerError(f"not enough memory to {what}; try a smaller input or fewer threads") from None
+
+
+def _surrogate_at(text: str) -> int:
+    """Index of the first surrogate code point in ``text``, or -1."""
+    m = _SURROGATE.search(text) if isinstance(text, str) else None
+    return m.start() if m else -1
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _fix_surrogates(text: str) -> str:
+    """tiktoken's repair of a str holding surrogates: pairs joined, lone ones as U+FFFD."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
 def _add(trainer: Any, batch: list[str]) -> None:
     try:
-        trainer.add(batch)
+        with _native_errors("train on the text"):
+            trainer.add(batch)
     except UnicodeEncodeError as e:
         raise TokenizerError(f"a text is not valid Unicode (lone surrogate at character {e.start})") from None
 

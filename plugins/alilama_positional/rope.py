@@ -16,6 +16,8 @@ from alilama_core.interfaces import PositionalScheme
 
 class RoPE(PositionalScheme):
     kind = "rotary"
+    defaults = {"theta": 10000.0}
+    """``theta``: the base of the rotation frequencies (``model.positional_options``)."""
 
     def __init__(self, config) -> None:
         super().__init__(config)
@@ -24,7 +26,7 @@ class RoPE(PositionalScheme):
                 f"rope needs an even head dimension; d_model/n_heads = {self.head_dim}. "
                 "Change model.d_model or model.n_heads."
             )
-        self.theta = config.rope_theta
+        self.theta = float(self.options["theta"])
         self.register_buffer("inv_freq", self._inv_freq(), persistent=False)
 
     def _inv_freq(self) -> Tensor:

@@ -24,7 +24,8 @@ import shutil
 import signal
 import tempfile
 import time
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +34,35 @@ import torch
 import torch.nn.functional as F
 
 from alilama_core import config as cfgmod
-from alilama_core.checkpoint import WEIGHTS, checkpoints, load_tokenizer, load_weights, save_weights
-from alilama_core.config import Config
+from alilama_core.checkpoint import (
+    WEIGHTS,
+    checkpoints,
+    file_sha256,
+    load_tokenizer,
+    load_weights,
+    read_run_json,
+    recorded_weights_hash,
+    save_weights,
+    verify_tokenizer,
+    write_run_json,
+)
+from alilama_core.config import Config, check_memory, estimate_parameters
 from alilama_core.data import DataError, TokenData, check_fits, random_windows, tokenizer_hash
-from alilama_core.errors import AlilamaError, CheckpointError
+from alilama_core.errors import AlilamaError, CheckpointError, ConfigError
 from alilama_core.evaluate import window_nll
-from alilama_core.files import atomic_write_text
+from alilama_core.files import atomic_write_text, exclusive_lock
 from alilama_core.interfaces import Trainer
+from alilama_core.tasks import TaskData, collate
 from alilama_core.model import GPT, build_model
+from alilama_core.outputs import (
+    OutputError,
+    check_output,
+    clean_stale,
+    mark,
+    new_folder_beside,
+    stale_beside,
+    swap_in,
+)
 
 LN2 = math.log(2)
 
@@ -80,6 +102,11 @@ class Distributed:
     def main(self) -> bool:
         return self.rank == 0
 
+    @staticmethod
+    def is_main() -> bool:
+        """Whether this process is rank 0 (before the process group exists)."""
+        return int(os.environ.get("RANK", "0")) == 0
+
     def mean(self, value: float) -> float:
         if self.world == 1:
             return value
@@ -96,91 +123,193 @@ class Distributed:
             torch.distributed.destroy_process_group()
 
 
+# Model settings that the checkpoints' weights depend on: they cannot change on resume.
+ARCHITECTURE = ("vocab_size", "d_model", "n_layers", "n_heads", "d_mlp", "context_length", "positional", "bias",
+                "norm_bias")
+# Bytes per parameter while training with AdamW in float32: weights, gradients, two moments.
+TRAINING_BYTES_PER_PARAMETER = 16
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _flat(data: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def config_changes(old: Config, new: Config) -> dict[str, list]:
+    """``{"section.field": [old, new]}`` for every field that differs."""
+    a, b = _flat(cfgmod.to_dict(old)), _flat(cfgmod.to_dict(new))
+    return {k: [a.get(k), b.get(k)] for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+
+
 class DefaultTrainer(Trainer):
     name = "default"
 
     def __init__(self, config: Config, echo=print, show_progress: bool = True) -> None:
-        super().__init__(config)
-        self.echo = echo
-        self.show_progress = show_progress
+        super().__init__(config, echo=echo, show_progress=show_progress)
         self._stop: str | None = None
+
+    # -- checks made before anything is written ----------------------------------
+
+    def _check_samples_fit(self, model: GPT, tokenizer) -> None:
+        """Refuse sample lengths that would run past a bounded positional table."""
+        tcfg = self.config.train
+        limit = model.positional.max_positions
+        if limit is None or not tcfg.sample_prompts:
+            return
+        width = max(len(tokenizer.encode(p, allowed_special="none")) or 1 for p in tcfg.sample_prompts)
+        room = limit - width + 1  # new tokens that still have a position
+        if tcfg.sample_tokens > room:
+            raise ConfigError(
+                f"train.sample_tokens={tcfg.sample_tokens} runs past the {limit} positions of "
+                f"positional scheme {self.config.model.positional!r} (the longest sample prompt has {width} "
+                f"tokens); set train.sample_tokens={max(room, 0)} or less, or shorten train.sample_prompts"
+            )
+
+    def _check_resume(self, run: Path) -> Config:
+        """The run's saved config; refuse overrides that change the architecture."""
+        if not run.is_dir():
+            raise CheckpointError(f"cannot resume: {str(run)!r} does not exist")
+        if not (run / "config.yaml").is_file():
+            raise CheckpointError(f"cannot resume: {str(run)!r} holds no Alilama run (no config.yaml)")
+        saved = cfgmod.load(run / "config.yaml")
+        changed = [k for k in config_changes(saved, self.config) if k.startswith("model.")
+                   and k.split(".", 1)[1] in ARCHITECTURE]
+        if changed:
+            detail = ", ".join(f"{k} {getattr(saved.model, k[6:])!r} -> {getattr(self.config.model, k[6:])!r}"
+                               for k in changed)
+            raise ConfigError(
+                f"cannot resume with a different architecture ({detail}): the run's checkpoints hold "
+                "the old one. Drop those overrides, or start a new run with --out"
+            )
+        return saved
 
     # -- run folder ---------------------------------------------------------------
 
-    def _prepare_run(self, run: Path, data: TokenData, resume: bool, overwrite: bool) -> None:
-        if run.exists() and any(run.iterdir()):
-            if resume:
-                if not (run / "config.yaml").is_file():
-                    raise CheckpointError(f"cannot resume: {str(run)!r} holds no Alilama run (no config.yaml)")
-                if tokenizer_hash(run / "tokenizer") != data.meta["tokenizer_hash"]:
-                    raise DataError(
-                        f"the run's tokenizer ({run / 'tokenizer'}) differs from the one the data in "
-                        f"{str(data.dir)!r} was prepared with; resume with the same data"
-                    )
-                return
-            if not overwrite:
-                what = "a different run" if (run / "config.yaml").is_file() else "other files"
-                raise AlilamaError(
-                    f"{str(run)!r} already holds {what}; pass --resume to continue it, "
-                    "--overwrite to replace it, or choose another --out"
-                )
-            shutil.rmtree(run)
-        elif resume:
-            raise CheckpointError(f"cannot resume: {str(run)!r} does not exist")
-        run.mkdir(parents=True, exist_ok=True)
-        cfgmod.save(self.config, run / "config.yaml")
-        shutil.copytree(data.dir / "tokenizer", run / "tokenizer")
+    def _new_run(self, run: Path, data: TokenData, overwrite: bool, is_task: bool = False) -> dict:
+        """Build the run folder beside ``run`` and swap it in; returns its run.json record."""
+        check_output(run, "run", overwrite, inputs=[] if is_task else [data.dir])
+        for stale in stale_beside(run):
+            shutil.rmtree(stale, ignore_errors=True)
+        work = new_folder_beside(run, "run folder")
+        try:
+            cfgmod.save(self.config, work / "config.yaml")
+            shutil.copytree(data.dir / "tokenizer", work / "tokenizer")
+            record = {
+                "format": 1,
+                "data": None if is_task else str(data.dir.resolve()),
+                "task": self.config.task.name if is_task else None,
+                "data_meta": {k: data.meta.get(k) for k in ("tokenizer_hash", "vocab_size", "dtype", "splits")},
+                "tokenizer_sha256": tokenizer_hash(work / "tokenizer"),
+                "checkpoints": {},
+                "history": [{"action": "start", "time": _now(), "pid": os.getpid(), "trainer": self.name}],
+            }
+            write_run_json(work, record)
+            mark(work, "run")
+            swap_in(work, run)
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+        return record
+
+    def _open_run(self, run: Path, data: TokenData) -> dict:
+        """Check an existing run for resuming (under its lock); returns its run.json record."""
+        if not os.access(run, os.W_OK):
+            raise OutputError(f"cannot resume: {str(run)!r} is not writable")
+        removed = clean_stale(run)
+        if removed:
+            self.echo(f"removed {len(removed)} unfinished temporary file(s) left by an interrupted process")
+        record = read_run_json(run)
+        verify_tokenizer(run, record)
+        if tokenizer_hash(run / "tokenizer") != data.meta["tokenizer_hash"]:
+            raise DataError(
+                f"the run's tokenizer ({run / 'tokenizer'}) differs from the one the data in "
+                f"{str(data.dir)!r} was prepared with; resume with the same data"
+            )
+        record.setdefault("format", 1)
+        record.setdefault("checkpoints", {})
+        record.setdefault("history", [])
+        record.setdefault("tokenizer_sha256", tokenizer_hash(run / "tokenizer"))
+        if not getattr(self.config, "task", None) or not self.config.task.name:
+            record["data"] = str(data.dir.resolve())
+        return record
 
     # -- checkpoints --------------------------------------------------------------
 
-    def _save_checkpoint(self, run: Path, name: str, model: GPT, opt, state: dict) -> Path:
+    def _save_checkpoint(self, run: Path, name: str, model: GPT, opt, state: dict, record: dict) -> Path:
         final = run / name
         tmp = Path(tempfile.mkdtemp(dir=run, prefix=f".{name}.", suffix=".tmp"))
         try:
-            save_weights(model, tmp)
+            digest = file_sha256(save_weights(model, tmp))
             if opt is not None:
                 torch.save(opt.state_dict(), tmp / "optimizer.pt")
                 torch.save({"torch": torch.get_rng_state()}, tmp / "rng.pt")
+            state = {**state, "weights_sha256": digest}
             (tmp / "state.json").write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
+            if record["checkpoints"].pop(name, None) is not None:
+                write_run_json(run, record)  # never leave a hash that describes the folder being replaced
             if final.exists():
                 shutil.rmtree(final)
             os.replace(tmp, final)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+        record["checkpoints"][name] = digest
+        write_run_json(run, record)
         return final
 
-    def _prune(self, run: Path, best_step: int | None) -> None:
+    def _prune(self, run: Path, best_step: int | None, record: dict) -> None:
         steps = checkpoints(run)
         keep = set(steps[-self.config.train.keep_last :])
         if best_step is not None:
             keep.add(run / f"step-{best_step:08d}")
         for path in steps:
             if path not in keep:
+                record["checkpoints"].pop(path.name, None)
                 shutil.rmtree(path, ignore_errors=True)
 
-    def _load_latest(self, run: Path, model: GPT, opt) -> dict:
-        """Load the newest complete checkpoint; fall back past corrupt ones with a warning."""
+    def _load_latest(self, run: Path, model: GPT, opt, record: dict) -> dict | None:
+        """Load the newest complete checkpoint; fall back past corrupt ones with a warning.
+
+        ``None`` when the run has no checkpoint at all yet (it starts from step 0).
+        """
         errors = []
-        for path in reversed(checkpoints(run)):
+        found = checkpoints(run)
+        for path in reversed(found):
             try:
                 for required in (WEIGHTS, "optimizer.pt", "state.json", "rng.pt"):
                     if not (path / required).is_file():
                         raise CheckpointError(f"{path.name} lacks {required}")
                 state = json.loads((path / "state.json").read_text(encoding="utf-8"))
-                load_weights(model, path)
+                if not isinstance(state, dict):
+                    raise CheckpointError("state.json is not a JSON object")
+                lacking = [k for k in ("step", "tokens", "best", "sampler") if k not in state]
+                if lacking:
+                    raise CheckpointError(f"state.json lacks {', '.join(lacking)}")
+                load_weights(model, path, recorded_weights_hash(path, record))
                 try:
                     opt.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
                     rng = torch.load(path / "rng.pt", weights_only=True)
+                    torch.set_rng_state(rng["torch"])
                 except Exception as exc:  # a truncated pickle-free torch file
                     raise CheckpointError(f"{path.name}: optimizer or RNG state unreadable ({exc})") from exc
-                torch.set_rng_state(rng["torch"])
                 if errors:
                     self.echo(f"warning: skipped corrupt checkpoints: {'; '.join(errors)}")
                 self.echo(f"resuming from {path.name} (step {state['step']})")
                 return state
-            except (CheckpointError, json.JSONDecodeError, KeyError) as exc:
+            except (CheckpointError, ValueError, UnicodeDecodeError) as exc:
                 errors.append(f"{path.name}: {exc}")
+        if not found:
+            self.echo("the run has no checkpoint yet: starting from step 0")
+            return None
         raise CheckpointError(
             f"no complete checkpoint to resume from in {str(run)!r}"
             + (f" ({'; '.join(errors)})" if errors else "")
@@ -191,6 +320,8 @@ class DefaultTrainer(Trainer):
     @torch.no_grad()
     def evaluate(self, model: GPT, tokens: np.ndarray, bytes_per_token: float) -> dict[str, float]:
         """Mean loss over non-overlapping windows of the val split, and bits per byte."""
+        if isinstance(tokens, TaskData):  # a task: answer tokens of its fixed validation set
+            return tokens.evaluate(model)
         t = model.config.context_length
         limit = self.config.train.eval_tokens or len(tokens)
         starts = np.arange(0, min(len(tokens), limit + 1) - t - 1 + 1, t)
@@ -232,23 +363,36 @@ class DefaultTrainer(Trainer):
         """Train into ``out_dir``. ``stop_at``: checkpoint and stop after that step (split a run over jobs)."""
         cfg = self.config.validate()
         tcfg = cfg.train
+        run = Path(out_dir)
+        if resume and not (run / "config.yaml").is_file():
+            self._check_resume(run)  # a clear error before anything is created
+        if not resume and Distributed.is_main():  # cheap checks before the lock is made beside the run
+            inputs = [] if getattr(cfg, "task", None) and cfg.task.name else [data_dir]
+            check_output(run, "run", overwrite, inputs=inputs)
         dist = Distributed(tcfg.device)
         try:
-            return self._fit(cfg, tcfg, dist, Path(data_dir), Path(out_dir), resume, overwrite, stop_at)
+            with ExitStack() as held:
+                if dist.main:  # one writer per run folder, for the whole run
+                    _lock_run(held, run)
+                return self._fit(cfg, tcfg, dist, Path(data_dir), run, resume, overwrite, stop_at)
         finally:
             dist.close()
 
     def _fit(self, cfg, tcfg, dist, data_dir: Path, run: Path, resume: bool, overwrite: bool, stop_at):
-        data = TokenData(data_dir)
+        task = TaskData(cfg) if cfg.task.name else None  # generated examples instead of prepared text
+        data = task or TokenData(data_dir)
         if data.meta["vocab_size"] > cfg.model.vocab_size:
             raise AlilamaError(
                 f"the data's tokenizer has {data.meta['vocab_size']} ids but model.vocab_size is "
                 f"{cfg.model.vocab_size}; set model.vocab_size={data.meta['vocab_size']}"
             )
-        train_tokens, val_tokens = data.split("train"), data.split("val")
         context = cfg.model.context_length
-        check_fits(train_tokens, context, "train")
-        check_fits(val_tokens, context, "val")
+        if task is None:
+            train_tokens, val_tokens = data.split("train"), data.split("val")
+            check_fits(train_tokens, context, "train")
+            check_fits(val_tokens, context, "val")
+        else:
+            train_tokens = val_tokens = task
         if tcfg.batch_size % dist.world:
             raise AlilamaError(
                 f"train.batch_size ({tcfg.batch_size}) must be divisible by the number of processes ({dist.world})"
@@ -259,22 +403,44 @@ class DefaultTrainer(Trainer):
             raise AlilamaError(f"train.micro_batch_size ({micro}) must divide the per-process batch ({share})")
         accumulation = share // micro
 
-        if dist.main:
-            self._prepare_run(run, data, resume, overwrite)
-        dist.barrier()
-        tokenizer = load_tokenizer(run / "tokenizer")
+        saved = self._check_resume(run) if resume else None
+        _check_training_memory(cfg.model, dist.device)
+        tokenizer = load_tokenizer(data.dir / "tokenizer")
 
         torch.manual_seed(tcfg.seed)
         model = build_model(cfg.model).to(dist.device)
+        if task is None:
+            self._check_samples_fit(model, tokenizer)
+        record: dict[str, Any] = {"checkpoints": {}}
+        if dist.main:  # every check passed: only now is the run folder written
+            record = self._open_run(run, data) if resume else self._new_run(run, data, overwrite, task is not None)
+        dist.barrier()
         opt = make_optimizer(model, tcfg)
         sampler = np.random.Generator(np.random.PCG64(tcfg.seed))
         step, tokens_seen, best = 0, 0, {"val_loss": None, "step": None}
+        train_loss = None
         if resume:
-            state = self._load_latest(run, model, opt)
-            step, tokens_seen, best = state["step"], state["tokens"], state["best"]
-            sampler.bit_generator.state = state["sampler"]
+            state = self._load_latest(run, model, opt, record)
+            if state is not None:
+                step, tokens_seen, best = state["step"], state["tokens"], state["best"]
+                sampler.bit_generator.state = state["sampler"]
+            if step >= tcfg.max_steps and (run / "final" / WEIGHTS).is_file():
+                self.echo(
+                    f"the run is finished: it reached train.max_steps={tcfg.max_steps} at step {step}; "
+                    f"to train on, raise it (e.g. train.max_steps={2 * tcfg.max_steps})"
+                )
+                done = {"val_loss": best["val_loss"]} if best.get("val_loss") is not None else {}
+                return {"step": step, "finished": True, **done}
             if dist.main:
-                _truncate_metrics(run / "metrics.jsonl", step)
+                changes = config_changes(saved, cfg)
+                if changes:
+                    cfgmod.save(cfg, run / "config.yaml")
+                    self.echo("saved to the run's config: " + ", ".join(f"{k}={v[1]!r}" for k, v in changes.items()))
+                record["history"].append(
+                    {"action": "resume", "time": _now(), "pid": os.getpid(), "from_step": step, "changed": changes}
+                )
+                write_run_json(run, record)
+                _truncate_metrics(run / "metrics.jsonl", step, self.echo)
         train_model: torch.nn.Module = model
         if tcfg.compile:
             train_model = torch.compile(model)
@@ -287,7 +453,7 @@ class DefaultTrainer(Trainer):
             if tcfg.dtype == "bfloat16"
             else nullcontext()
         )
-        bytes_per_token = data.bytes_per_token("val")
+        bytes_per_token = data.bytes_per_token("val") if task is None else 1.0
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         metrics_file = open(run / "metrics.jsonl", "a", encoding="utf-8") if dist.main else None
         progress = _Progress(tcfg.max_steps, step, self.show_progress and dist.main, self.echo if dist.main else None)
@@ -304,16 +470,24 @@ class DefaultTrainer(Trainer):
                 lr = lr_at(step, tcfg)
                 for group in opt.param_groups:
                     group["lr"] = lr
-                starts = sampler.integers(0, len(train_tokens) - context, size=tcfg.batch_size)
+                if task is None:
+                    starts = sampler.integers(0, len(train_tokens) - context, size=tcfg.batch_size)
+                else:  # the same global batch of examples on every rank, as with windows
+                    starts = task.draw(sampler, tcfg.batch_size)
                 mine = starts[dist.rank * share : (dist.rank + 1) * share]
                 loss_sum = 0.0
                 for i in range(accumulation):
-                    x, y = random_windows(train_tokens, mine[i * micro : (i + 1) * micro], context)
+                    if task is None:
+                        x, y = random_windows(train_tokens, mine[i * micro : (i + 1) * micro], context)
+                    else:  # targets of prompt and padding are -100: the loss scores answers only
+                        x, y = collate(mine[i * micro : (i + 1) * micro])
                     x, y = x.to(dist.device), y.to(dist.device)
                     sync = i == accumulation - 1 or dist.world == 1
                     with autocast, (nullcontext() if sync else train_model.no_sync()):
                         logits = train_model(x)
                         loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
+                        if task is not None:  # so the step's loss is the global batch's mean over answer tokens
+                            loss = loss * task.weight(y)
                     (loss / accumulation).backward()
                     loss_sum += loss.item()
                 grad_norm = None
@@ -335,7 +509,8 @@ class DefaultTrainer(Trainer):
                     if best["val_loss"] is None or last_eval["val_loss"] < best["val_loss"]:
                         best, new_best = {"val_loss": last_eval["val_loss"], "step": step}, True
                 sample_every = tcfg.sample_every or tcfg.eval_every
-                if dist.main and (step % sample_every == 0 or step == tcfg.max_steps) and tcfg.sample_prompts:
+                sample_now = dist.main and tcfg.sample_prompts and task is None  # a task has no text prompts
+                if sample_now and (step % sample_every == 0 or step == tcfg.max_steps):
                     row["samples"] = self.samples(model, tokenizer, step)
                     progress.print(f"step {step} samples:")
                     for text in row["samples"]:
@@ -351,8 +526,8 @@ class DefaultTrainer(Trainer):
                 out_of_time = tcfg.max_time is not None and elapsed >= tcfg.max_time
                 stop = self._stop or ("time budget" if out_of_time else None)
                 if dist.main and (step % tcfg.checkpoint_every == 0 or stop or new_best or step == tcfg.max_steps):
-                    self._save_checkpoint(run, f"step-{step:08d}", model, opt, checkpoint_state())
-                    self._prune(run, best["step"])
+                    self._save_checkpoint(run, f"step-{step:08d}", model, opt, checkpoint_state(), record)
+                    self._prune(run, best["step"], record)
                 if stop:
                     if self._stop:
                         progress.print(f"{self._stop}: checkpoint written at step {step}; resume with --resume")
@@ -363,7 +538,7 @@ class DefaultTrainer(Trainer):
             if dist.main:
                 if not last_eval:
                     last_eval = self.evaluate(model, val_tokens, bytes_per_token)
-                self._save_checkpoint(run, "final", model, None, checkpoint_state())
+                self._save_checkpoint(run, "final", model, None, checkpoint_state(), record)
             progress.close()
             dist.barrier()
             return {"step": step, "tokens": tokens_seen, "train_loss": train_loss, **last_eval}
@@ -374,11 +549,52 @@ class DefaultTrainer(Trainer):
                 metrics_file.close()
 
 
-def _truncate_metrics(path: Path, step: int) -> None:
-    """Drop metric lines past ``step`` (logged after the checkpoint we resume from)."""
+def _check_training_memory(model_cfg, device: torch.device) -> None:
+    """Refuse a model whose weights, gradients and AdamW moments cannot fit, before allocating."""
+    if device.type != "cuda":
+        check_memory(model_cfg, TRAINING_BYTES_PER_PARAMETER, "training (weights, gradients, AdamW moments)")
+        return
+    need = estimate_parameters(model_cfg) * TRAINING_BYTES_PER_PARAMETER
+    free, _ = torch.cuda.mem_get_info(device)
+    if need > free:
+        raise ConfigError(
+            f"this model has about {estimate_parameters(model_cfg):,} parameters; training needs about "
+            f"{need / 2**30:,.1f} GiB on {device} but {free / 2**30:,.1f} GiB is free. Choose a smaller model"
+        )
+
+
+def _lock_run(held: ExitStack, run: Path) -> None:
+    """Hold the run folder's exclusive lock in ``held``; an unwritable place is a clear error."""
+    from alilama_core.outputs import check_writable_path
+
+    check_writable_path(run, "run folder")
+    try:
+        held.enter_context(exclusive_lock(run, "run"))
+    except OSError as exc:
+        raise OutputError(f"cannot write the run folder {str(run)!r}: {exc.strerror or exc}") from None
+
+
+def _truncate_metrics(path: Path, step: int, echo=print) -> None:
+    """Drop metric lines past ``step`` (logged after the checkpoint we resume from).
+
+    A line that is not valid JSON (torn by a kill mid-write) is dropped with a warning.
+    """
     if not path.is_file():
         return
-    keep = [line for line in path.read_text(encoding="utf-8").splitlines() if line and json.loads(line)["step"] <= step]
+    keep, torn = [], 0
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            row_step = row["step"]
+        except (ValueError, KeyError, TypeError):
+            torn += 1
+            continue
+        if isinstance(row_step, int) and row_step <= step:
+            keep.append(line)
+    if torn:
+        echo(f"warning: dropped {torn} unreadable line(s) of {path} (torn by an interrupted write)")
     atomic_write_text(path, "".join(line + "\n" for line in keep))
 
 

@@ -53,21 +53,70 @@ def test_eager_is_the_textbook_formula():
     for h in range(2):
         for i in range(3):
             qi = 2 + i  # absolute position of query i (two cached keys before it)
-            scores = torch.stack(
-                [q[0, h, i] @ k[0, h, j] / math.sqrt(8) - slopes[h] * (qi - j) for j in range(qi + 1)]
-            )
+            scores = torch.stack([q[0, h, i] @ k[0, h, j] / math.sqrt(8) - slopes[h] * (qi - j) for j in range(qi + 1)])
             weights = torch.softmax(scores, dim=0)
             manual = sum(weights[j] * v[0, h, j] for j in range(qi + 1))
             assert_close(out[0, h, i], manual, rtol=1e-5, atol=1e-6)
 
 
-def test_sdpa_caches_the_static_bias_per_shape():
-    from alilama_attention.masks import dense_mask
+def test_a_static_bias_is_kept_between_passes_and_masks_are_4d():
+    from alilama_core.interfaces import AttentionBias
 
     alibi = get_positional("alibi")(tiny_config())
-    a = dense_mask(alibi, 16, 16, True, torch.device("cpu"), torch.float32)
-    b = dense_mask(alibi, 16, 16, True, torch.device("cpu"), torch.float32)
-    c = dense_mask(alibi, 8, 16, True, torch.device("cpu"), torch.float32)
+    cpu = torch.device("cpu")
+    a = AttentionBias(alibi, 16, 16, cpu).mask(torch.float32)
+    b = AttentionBias(alibi, 16, 16, cpu).mask(torch.float32)
+    c = AttentionBias(alibi, 8, 16, cpu).mask(torch.float32)
     assert a is b and c is not a
-    assert a.shape == (1, 4, 16, 16) and a.dim() == 4  # 4-D keeps SDPA on its fused CPU kernel
+    assert a.shape == (1, 4, 16, 16)  # 4-D keeps SDPA on its fused CPU kernel
     assert torch.isinf(a[0, 0, 0, 1]) and a[0, 0, 1, 0] < 0 and a[0, 0, 1, 1] == 0
+
+
+def test_a_padded_query_sees_itself_so_no_row_is_fully_masked():
+    from alilama_core.interfaces import AttentionBias
+
+    alibi = get_positional("alibi")(tiny_config())
+    keep = torch.tensor([[False, False, True, True], [True, True, True, True]])
+    mask = AttentionBias(alibi, 4, 4, "cpu", keep).mask(torch.float16)  # (B, H, T, S)
+    assert mask.shape == (2, 4, 4, 4)
+    assert torch.isfinite(mask.amax(dim=-1)).all()  # every row keeps a finite entry
+    assert torch.isinf(mask[0, :, 2, :2]).all()  # real tokens never see padding
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("backend", ["eager", "sdpa"])
+def test_low_precision_left_padding_has_no_nan(backend, dtype):
+    """Two layers in fp16/bf16 with left padding: finite, and real tokens match fp32 eager."""
+    from alilama_core import build_model
+
+    torch.manual_seed(0)
+    ref = build_model(tiny_config(attention="eager")).eval()
+    model = build_model(tiny_config(attention=backend)).eval()
+    model.load_state_dict(ref.state_dict())
+    model = model.to(dtype)
+    idx = torch.randint(1, 97, (2, 12), generator=torch.Generator().manual_seed(0))
+    keep = torch.ones(2, 12, dtype=torch.bool)
+    keep[0, :5] = False
+    with torch.no_grad():
+        got = model(idx, key_padding_mask=keep).float()
+        want = ref(idx, key_padding_mask=keep)
+    assert torch.isfinite(got).all()
+    tol = 5e-2 if dtype == torch.float16 else 2e-1
+    assert_close(got[:, 5:][keep[:, 5:]], want[:, 5:][keep[:, 5:]], rtol=tol, atol=tol)
+
+
+def test_backends_take_the_shared_bias_and_work_without_it():
+    """A precomputed ``AttentionBias`` gives the same output as the scheme alone."""
+    from alilama_core.interfaces import AttentionBias
+
+    alibi = get_positional("alibi")(tiny_config())
+    q, k, v = _qkv(4, 5, 9)
+    shared = AttentionBias(alibi, 5, 9, "cpu")
+    with torch.no_grad():
+        for name in ["eager", *BACKENDS]:
+            if not get_attention(name).shared_bias:  # a backend on the older signature never gets bias=
+                continue
+            fn = get_attention(name).fn
+            assert_close(
+                fn(q, k, v, positional=alibi, bias=shared), fn(q, k, v, positional=alibi), rtol=1e-5, atol=1e-6
+            )

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from alilama_core import Config, ConfigError, ModelConfig, apply_overrides, preset
 from alilama_core import config as cfgmod
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_essay_preset_matches_the_essay():
@@ -78,7 +81,7 @@ def test_bad_files(tmp_path):
     wrong.write_text("model:\n  n_layerz: 2\n")
     with pytest.raises(ConfigError, match="unknown field.*n_layerz"):
         cfgmod.load(wrong)
-    with pytest.raises(ConfigError, match="unknown preset 'big'; available: essay, tiny"):
+    with pytest.raises(ConfigError, match="unknown preset 'big'; available: essay.*tiny"):
         preset("big")
 
 
@@ -95,3 +98,47 @@ def test_save_is_atomic_and_keeps_the_old_file_on_failure(tmp_path, monkeypatch)
         cfgmod.save(preset("essay"), path)
     assert path.read_text() == before
     assert [p.name for p in tmp_path.iterdir()] == ["config.yaml"]  # no temporary left behind
+
+
+def test_essay_yaml_is_written_from_the_preset():
+    """configs/essay.yaml and the `essay` preset are one definition (`make essay-config` rewrites the file)."""
+    path = REPO_ROOT / "configs" / "essay.yaml"
+    assert path.read_text(encoding="utf-8") == cfgmod.preset_yaml("essay", cfgmod.ESSAY_YAML_HEADER)
+    assert cfgmod.to_dict(cfgmod.load(path)) == cfgmod.to_dict(cfgmod.preset("essay"))
+
+
+def test_rope_theta_moved_to_positional_options_and_old_configs_load(tmp_path):
+    old = tmp_path / "old.yaml"
+    old.write_text("model:\n  positional: rope\n  rope_theta: 500.0\n  n_layers: 2\n")
+    cfg = cfgmod.load(old)
+    assert cfg.model.positional_options == {"theta": 500.0} and cfg.model.rope_theta == 500.0
+    alibi = tmp_path / "alibi.yaml"
+    alibi.write_text("model:\n  positional: alibi\n  rope_theta: 10000.0\n")
+    assert cfgmod.load(alibi).model.positional_options == {}
+    from alilama_core.model import build_model
+
+    model = build_model(cfgmod.apply_overrides(cfg, ["model.positional_options.theta=20"]).model.validate())
+    assert model.positional.theta == 20.0
+
+
+@pytest.mark.parametrize(
+    "override, words",
+    [
+        ("model.positional_options.thta=1", ["'thta'", "theta"]),
+        ("model.attention_options.block=4", ["'block'", "sdpa"]),
+        ("train.trainer_options.speed=2", ["'speed'", "default"]),
+    ],
+)
+def test_unknown_plugin_settings_name_the_key(override, words):
+    cfg = cfgmod.apply_overrides(cfgmod.preset("tiny"), ["model.positional=rope", "model.attention=sdpa", override])
+    with pytest.raises(ConfigError) as info:
+        cfg.validate()
+        from alilama_core.registry import get_trainer
+
+        get_trainer(cfg.train.trainer)(cfg)
+    assert all(w in str(info.value) for w in words), str(info.value)
+
+
+def test_plugin_settings_must_be_a_mapping():
+    with pytest.raises(ConfigError, match="positional_options must be a mapping"):
+        cfgmod.from_dict(cfgmod.Config, {"model": {"positional_options": [1, 2]}})

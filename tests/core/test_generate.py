@@ -7,9 +7,10 @@ import torch
 
 from alilama_core import ConfigError, build_model
 from alilama_core.generate import SamplingSettings, generate, next_token
+from alilama_core.registry import get_attention
 from alilama_testing import SCHEMES, available_backends, tiny_config
 
-BACKENDS = [b for b in available_backends() if b not in ("flash",)]
+BACKENDS = [b for b in available_backends() if "cpu" in get_attention(b).devices]
 
 
 def _model(positional="alibi", attention="sdpa", **kw):
@@ -28,6 +29,25 @@ def test_cached_generation_equals_uncached(positional, backend):
     assert cached == uncached and len(cached[0]) == 12
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("positional", SCHEMES)
+def test_left_padded_batch_cached_equals_uncached(positional, backend):
+    model = _model(positional, backend)
+    prompts = [[1, 2, 3, 4, 5, 6, 7], [9, 8], [40, 41, 42, 43]]
+    greedy = dict(max_new_tokens=8, temperature=0)
+    cached = generate(model, prompts, SamplingSettings(**greedy, use_cache=True))
+    uncached = generate(model, prompts, SamplingSettings(**greedy, use_cache=False))
+    assert cached == uncached and all(len(row) == 8 for row in cached)
+
+
+def test_repetition_penalty_sees_the_whole_sequence_with_the_cache():
+    model = _model()
+    settings = dict(max_new_tokens=12, temperature=0, repetition_penalty=1.5)
+    cached = generate(model, [[5, 5, 6], [7]], SamplingSettings(**settings, use_cache=True))
+    uncached = generate(model, [[5, 5, 6], [7]], SamplingSettings(**settings, use_cache=False))
+    assert cached == uncached
+
+
 @pytest.mark.parametrize("positional", SCHEMES)
 def test_batch_with_different_lengths_equals_one_by_one(positional):
     model = _model(positional, "auto")
@@ -44,10 +64,13 @@ def test_generation_runs_past_the_trained_context_with_alibi():
     assert len(out[0]) == 40
 
 
-def test_learned_positions_stop_at_their_table_with_a_clear_error():
+def test_learned_positions_stop_at_the_end_of_their_table():
     model = _model("learned", "sdpa", context_length=16)
-    with pytest.raises(ConfigError, match="covers 16 positions"):
-        generate(model, [[1, 2, 3]], SamplingSettings(max_new_tokens=20, temperature=0))
+    new = generate(model, [[1, 2, 3]], SamplingSettings(max_new_tokens=20, temperature=0))[0]
+    assert len(new) == 14  # the last token is predicted at position 16: the table's end
+    assert new == generate(model, [[1, 2, 3]], SamplingSettings(max_new_tokens=14, temperature=0))[0]
+    with pytest.raises(ConfigError, match="the prompt has 17 tokens but .* covers 16 positions"):
+        generate(model, [list(range(17))], SamplingSettings(max_new_tokens=1))
 
 
 def test_stops_at_the_end_of_text_token():
@@ -92,8 +115,13 @@ def test_repetition_penalty_discourages_seen_tokens():
 
 @pytest.mark.parametrize(
     "kw, message",
-    [(dict(temperature=-1), "temperature"), (dict(top_k=0), "top_k"), (dict(top_p=1.5), "top_p"),
-     (dict(max_new_tokens=-1), "max_new_tokens"), (dict(repetition_penalty=0), "repetition_penalty")],
+    [
+        (dict(temperature=-1), "temperature"),
+        (dict(top_k=0), "top_k"),
+        (dict(top_p=1.5), "top_p"),
+        (dict(max_new_tokens=-1), "max_new_tokens"),
+        (dict(repetition_penalty=0), "repetition_penalty"),
+    ],
 )
 def test_invalid_settings(kw, message):
     with pytest.raises(ConfigError, match=message):

@@ -203,3 +203,72 @@ def test_plugin_with_a_broken_command_is_rolled_back(tmp_path):
     assert any(f["plugin"] == "badcmd_plugin" and "UndefinedName" in f["error"] for f in failed)
     help_text = run_cli("--help", pythonpath=path)
     assert help_text.returncode == 0 and "broken" not in help_text.stdout
+
+
+class MarkedAndUnmarked:
+    """One hook marked with @hookimpl, one function that merely has a hook's name."""
+
+    @hookimpl
+    def register_positional_schemes(self, register):
+        register("marked-test", ConstantBias)
+
+    def register_trainers(self, register):  # no marker: pluggy ignores it, so must the registry
+        register("unmarked-test", object)
+
+
+class FirstInLine:
+    @hookimpl(tryfirst=True)
+    def register_positional_schemes(self, register):
+        register("marked-test", "alilama_positional.nope:NoPositions")
+
+
+def test_hooks_go_through_pluggy_markers_and_order():
+    registry = get_registry()
+    registry.register_plugin(MarkedAndUnmarked(), name="marked")
+    try:
+        assert get_positional("marked-test") is ConstantBias
+        assert "unmarked-test" not in registry.names("trainer")
+        registry.register_plugin(FirstInLine(), name="first")
+        try:  # tryfirst is honoured: its registration of the same name wins
+            assert get_positional("marked-test").__name__ == "NoPositions"
+        finally:
+            registry.unregister_plugin("first")
+    finally:
+        registry.unregister_plugin("marked")
+
+
+def test_hook_kinds_are_one_table():
+    from alilama_core import hookspecs
+    from alilama_core.registry import HOOKS, KINDS
+
+    assert set(KINDS) == set(HOOKS) and {"tokenizer", "positional", "attention", "trainer"} <= set(KINDS)
+    for hook in HOOKS.values():
+        assert callable(getattr(hookspecs, hook)), f"{hook} has no hookspec"
+
+
+def test_check_reports_a_lazy_object_that_does_not_import(tmp_path):
+    path = make_dist(tmp_path, "alilama-lazybroken", "lazybroken_plugin", """
+        from alilama_core import hookimpl
+        @hookimpl
+        def register_positional_schemes(register):
+            register("ghost", "no_such_module_anywhere:Ghost")
+    """)
+    listed = run_cli("plugins", "--json", pythonpath=path)
+    assert listed.returncode == 0  # without --check, lazy objects are not imported
+    checked = run_cli("plugins", "--check", "--json", pythonpath=path)
+    assert checked.returncode == 1
+    data = json.loads(checked.stdout)
+    ghost = next(r for r in data["registered"] if r["name"] == "ghost")
+    assert ghost["available"] is False and "no_such_module_anywhere" in ghost["reason"]
+    assert any("ghost" in f["error"] and f["plugin"] == "lazybroken_plugin" for f in data["failed"])
+    assert run_cli("plugins", "--check").returncode == 0  # the installed plugins all import
+
+
+def test_unknown_name_also_names_plugins_that_failed(tmp_path):
+    path = make_dist(tmp_path, "alilama-brokenscheme", "brokenscheme_plugin", """
+        raise ImportError("a dependency of this plugin is missing")
+    """)
+    result = run_cli("model", "info", "model.positional=missing-scheme", pythonpath=path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "unknown positional 'missing-scheme'" in result.stderr
+    assert "brokenscheme_plugin" in result.stderr and "dependency of this plugin is missing" in result.stderr

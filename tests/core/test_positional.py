@@ -6,8 +6,12 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+from torch import nn
+
 from alilama_core import ConfigError, build_model
-from alilama_core.registry import get_positional
+from alilama_core.hookspecs import hookimpl
+from alilama_core.interfaces import PositionalScheme
+from alilama_core.registry import get_positional, register_plugin, unregister_plugin
 from alilama_positional.alibi import alibi_slopes
 from alilama_testing import tiny_config
 
@@ -18,7 +22,7 @@ def test_alibi_slopes_for_eight_heads_are_halvings():
 
 def test_alibi_slopes_for_twelve_heads_follow_the_papers_rule():
     # 8 slopes of the 8-head geometric sequence, then every other slope of the 16-head one.
-    expected = [2.0 ** -k for k in range(1, 9)] + [2.0 ** -x for x in (0.5, 1.5, 2.5, 3.5)]
+    expected = [2.0**-k for k in range(1, 9)] + [2.0**-x for x in (0.5, 1.5, 2.5, 3.5)]
     assert_close(alibi_slopes(12), torch.tensor(expected))
 
 
@@ -69,3 +73,89 @@ def test_nope_and_learned_kinds():
     assert get_positional("learned").kind == "embedding"
     assert get_positional("rope").kind == "rotary"
     assert get_positional("alibi").kind == "bias" and get_positional("alibi").has_slopes
+
+
+class Kerple(PositionalScheme):
+    """KERPLE-log: ``-r1[h] * log(1 + r2[h] * (i - j))``, both per-head and trainable."""
+
+    kind = "bias"
+    calls = 0
+
+    def __init__(self, config) -> None:
+        super().__init__(config)
+        self.r1 = nn.Parameter(torch.ones(self.n_heads))
+        self.r2 = nn.Parameter(torch.ones(self.n_heads))
+
+    def bias(self, q_pos, k_pos):
+        Kerple.calls += 1
+        distance = (q_pos[:, None] - k_pos[None, :]).clamp(min=0).float()  # (T, S)
+        return -self.r1[:, None, None] * torch.log1p(self.r2[:, None, None] * distance)  # (H, T, S)
+
+
+class WrongSlopes(PositionalScheme):
+    kind = "bias"
+    has_slopes = True
+
+    def slopes(self):
+        return torch.full((self.n_heads,), 0.5)
+
+    def bias(self, q_pos, k_pos):
+        return -0.25 * (q_pos[:, None] - k_pos[None, :]).float().expand(self.n_heads, -1, -1)
+
+
+class _Schemes:
+    @hookimpl
+    def register_positional_schemes(self, register):
+        register("kerple-test", Kerple)
+        register("wrong-slopes-test", WrongSlopes)
+
+
+@pytest.fixture(scope="module")
+def test_schemes():
+    register_plugin(_Schemes(), name="test-schemes")
+    yield
+    unregister_plugin("test-schemes")
+
+
+@pytest.mark.parametrize("attention", ["eager", "sdpa", "tiled", "auto"])
+def test_a_learnable_bias_follows_its_parameters_and_is_computed_once_per_pass(test_schemes, attention):
+    torch.manual_seed(0)
+    model = build_model(tiny_config(positional="kerple-test", attention=attention, n_layers=3))
+    assert not model.positional.bias_cacheable()
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    x = torch.randint(0, 97, (2, 20), generator=torch.Generator().manual_seed(0))
+    before = None
+    for _ in range(2):  # a second step would fail on a bias cached with its graph
+        Kerple.calls = 0
+        logits = model(x)
+        assert Kerple.calls == 1  # once per forward pass, shared by the three layers
+        if before is not None:
+            assert not torch.allclose(logits, before)  # the bias moved with r1, r2
+        before = logits.detach()
+        opt.zero_grad()
+        logits.square().mean().backward()
+        assert model.positional.r1.grad is not None and model.positional.r1.grad.abs().sum() > 0
+        opt.step()
+
+
+def test_a_static_bias_is_reused_between_passes_and_the_opt_in_is_honoured(test_schemes):
+    model = build_model(tiny_config(positional="kerple-test"))
+    model.positional.requires_grad_(False)  # frozen: nothing can change it, so it is cached
+    assert model.positional.bias_cacheable()
+    x = torch.randint(0, 97, (1, 10))
+    with torch.no_grad():
+        model(x)
+        Kerple.calls = 0
+        model(x)
+    assert Kerple.calls == 0
+    model.positional.requires_grad_(True)
+    model.positional.bias_is_static = False  # the instance-level opt-out wins
+    assert not model.positional.bias_cacheable()
+    model.positional.bias_is_static = True  # and the documented opt-in
+    assert model.positional.bias_cacheable()
+
+
+def test_slopes_are_checked_against_the_bias(test_schemes):
+    assert get_positional("alibi")(tiny_config()).check_slopes() is None
+    with pytest.raises(ConfigError, match="has_slopes.*differs"):
+        build_model(tiny_config(positional="wrong-slopes-test"))

@@ -69,17 +69,11 @@ def test_tiled_falls_back_to_sdpa_where_it_does_not_apply():
     assert_close(rope_model(x), ref(x), rtol=1e-4, atol=1e-5)
 
 
-def test_auto_choice_and_model_info():
-    from alilama_attention.auto import choose
+def test_model_info_shows_tiled_for_long_inputs_on_cpu():
     from alilama_core.app.info import model_report
 
-    assert choose("cpu", get_positional("alibi")) == "tiled"
-    assert choose("cpu", get_positional("alibi"), padded=True) == "sdpa"
-    assert choose("cpu", get_positional("rope")) == "sdpa"
-    assert choose("cuda", get_positional("rope")) == "sdpa"
-    assert choose("cuda", get_positional("alibi")) in ("flash", "flex")
-    report = model_report(tiny_config(attention="auto"))
-    assert "runs tiled on cpu" in report["plugins"]["attention"]["detail"]
+    report = model_report(tiny_config(attention="auto", context_length=2048))
+    assert "long: tiled" in report["plugins"]["attention"]["detail"]
     assert "no T x S bias" in report["bias_memory"]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
@@ -53,7 +54,7 @@ def test_buffers_and_tied_head_survive_from_pretrained(exports, positional):
     if positional == "alibi":  # 6 heads: the interleaved slopes of a non-power-of-two count
         from alilama_positional.alibi import alibi_slopes as reference
 
-        assert torch.equal(model.model.alibi.slopes, reference(6))
+        assert torch.equal(model.model.alibi.slopes(), reference(6))
         assert alibi_slopes(6).tolist() == [2**-2, 2**-4, 2**-6, 2**-8, 2**-1, 2**-3]
     if positional == "rope":
         assert torch.equal(model.model.rotary_emb.inv_freq, rope_inv_freq(8, 500.0))
@@ -136,8 +137,15 @@ def test_exported_folder_is_complete(exports, tokenizer):
     out = exports["alibi"]
     names = {p.name for p in out.iterdir()}
     assert names >= {
-        "config.json", "model.safetensors", "generation_config.json", "configuration_alilama.py",
-        "modeling_alilama.py", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "README.md",
+        "config.json",
+        "model.safetensors",
+        "generation_config.json",
+        "configuration_alilama.py",
+        "modeling_alilama.py",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "README.md",
     }
     config = json.loads((out / "config.json").read_text())
     assert config["model_type"] == "alilama" and config["tie_word_embeddings"] is True
@@ -165,21 +173,63 @@ def test_auto_tokenizer_matches_alilama(exports, tokenizer):
     assert hf.pad_token_id == tokenizer.eot_id
 
 
-def test_model_card(exports):
+def test_model_card(exports, native_exports):
     import yaml
+    from huggingface_hub import ModelCard
 
     card = (exports["alibi"] / "README.md").read_text()
     _, front, body = card.split("---\n", 2)
     meta = yaml.safe_load(front)
     assert meta["library_name"] == "transformers" and meta["pipeline_tag"] == "text-generation"
     assert {"alilama", "custom_code", "alibi"} <= set(meta["tags"]) and meta["license"] == "mit"
+    assert body.lstrip().startswith("# alibi\n")  # the title comes from --repo-id alilama-test/alibi
     assert "## Architecture" in body and "| attention heads | 6 x 8 |" in body
     assert "ALiBi" in body and "4 optimizer steps" in body and "384 training tokens" in body
     assert "| 4 | 384 | 4.4 | 2.9 |" in body  # the eval figures from metrics.jsonl
+    assert "## Intended use" in body and "## Limitations" in body
+    assert "not a transformers architecture: MPT has no linear or norm biases" in body  # why remote code
     assert 'AutoModelForCausalLM.from_pretrained("alilama-test/alibi", trust_remote_code=True)' in body
+    parsed = ModelCard(card).data.to_dict()  # the Hub's own parser reads the metadata back
+    assert parsed["license"] == "mit" and parsed["library_name"] == "transformers"
     # A run without metrics.jsonl still gets a card.
     bare = (exports["nope"] / "README.md").read_text()
     assert "no metrics.jsonl" in bare and "No evaluation figures" in bare
+    # A native export says so, and needs no remote code.
+    mpt = (native_exports["alibi-nobias"] / "README.md").read_text()
+    assert "`MptForCausalLM`" in mpt and "trust_remote_code=True" not in mpt and "custom_code" not in mpt
+    assert "license:" not in mpt.split("---")[1] and "No license was given" in mpt
+    assert "8,192 positions" in mpt
+
+
+def test_model_card_reads_the_prepared_data(runs, tmp_path):
+    """Datasets and token counts come from the prepared data's meta.json, which RUN/run.json names."""
+    import yaml
+
+    from alilama_hf.export import export
+
+    run = tmp_path / "story-run"
+    shutil.copytree(runs["nope"], run)
+    data = tmp_path / "data"
+    data.mkdir()
+    source = (
+        "/home/u/.cache/huggingface/hub/datasets--roneneldan--TinyStories/snapshots/abc/TinyStoriesV2-GPT4-train.txt"
+    )
+    meta = {
+        "vocab_size": 320,
+        "sources": [source, "/data/extra.txt"],
+        "splits": {
+            "train": {"tokens": 123456, "bytes": 500000, "documents": 900},
+            "val": {"tokens": 6789, "bytes": 27000, "documents": 50},
+        },
+    }
+    (data / "meta.json").write_text(json.dumps(meta))
+    (run / "run.json").write_text(json.dumps({"data": str(data)}))
+    card = (export(run, tmp_path / "out", format="remote-code") / "README.md").read_text()
+    front = yaml.safe_load(card.split("---\n")[1])
+    assert front["datasets"] == ["roneneldan/TinyStories"] and "license" not in front
+    assert "# story-run\n" in card  # no --repo-id: the run's name
+    assert "`TinyStoriesV2-GPT4-train.txt`, `extra.txt`" in card
+    assert "| train | 123,456 | 900 | 500,000 |" in card and "| val | 6,789 | 50 | 27,000 |" in card
 
 
 def test_cache_is_accepted_as_cache_and_as_past_key_values(runs, exports):
@@ -206,3 +256,38 @@ def test_labels_give_alilama_next_token_loss(runs, exports):
         expected = torch.nn.functional.cross_entropy(loaded.model(ids)[0, :-1], ids[0, 1:])
         loss = model(ids, labels=ids).loss
     torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("attn", ["sdpa", "flex_attention", "flash_attention_2"])
+def test_attention_implementations_on_cuda_agree_with_eager(make_run, tmp_path, tokenizer, attn):
+    """On a GPU: every attention function against eager, fp32 and fp16, with left padding (head dim 16)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    if attn == "flash_attention_2":
+        pytest.importorskip("flash_attn", reason="flash-attn is not installed")
+    from alilama_hf.export import export
+
+    run = make_run(tmp_path, "alibi", tokenizer, metrics=False, d_model=64, n_heads=4, context_length=32)
+    out = export(run, tmp_path / "out", format="remote-code")
+    ids = torch.randint(0, 300, (3, 40), generator=torch.Generator().manual_seed(0)).cuda()
+    mask = torch.ones_like(ids)
+    mask[1, :7] = 0
+    real = mask.bool()
+    with torch.no_grad():
+        want = _hf(out, "eager").cuda()(ids, attention_mask=mask).logits
+        for dtype, tol in ((torch.float32, 1e-4), (torch.float16, 2e-2)):
+            model = _hf(out, attn).to("cuda", dtype)
+            got = model(ids, attention_mask=mask).logits.float()
+            assert torch.isfinite(got).all()
+            assert (got[real] - want[real]).abs().max() < tol, (attn, dtype)
+
+
+def test_the_essay_nobias_preset_maps_onto_mpt_and_the_essay_preset_does_not():
+    from alilama_core.config import preset
+    from alilama_hf.native import native_reason
+
+    assert native_reason(preset("essay-nobias").model) is None
+    assert "linear biases" in native_reason(preset("essay").model)
+    nobias = preset("essay-nobias").model
+    assert (nobias.d_model, nobias.n_layers, nobias.n_heads, nobias.d_mlp) == (128, 8, 8, 512)

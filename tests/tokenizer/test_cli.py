@@ -16,8 +16,10 @@ runner = CliRunner()
 def app(impl, monkeypatch):
     if impl == "python":
         monkeypatch.setattr("alilama_bpe.tokenizer.BPETokenizer.backend", "python")
+    from alilama_core.app import tokenizer as tokenizer_cli
+
     a = typer.Typer()
-    alilama_bpe.register_commands(a)
+    tokenizer_cli.register(a)
     return a
 
 

@@ -137,3 +137,48 @@ def test_training_leaves_no_utf8_copy_on_the_callers_str(bpe):
     tok = bpe.train(texts, 300)
     assert [sys.getsizeof(t) for t in texts] == sizes
     assert tok.decode(tok.encode(texts[0])) == texts[0]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [" " * 40_000 + "x", "a" * 30_000, "ab" * 20_000 + " " + "aab" * 5_000, ("xy" * 3_000 + "\n") * 4],
+    ids=["spaces", "one letter", "two letters", "lines"],
+)
+def test_pure_python_trainer_on_long_runs_gives_natives_merges(text):
+    import warnings
+
+    from alilama_bpe import _backend, reference
+
+    counts = reference.count_chunks([text])
+    merges = reference.train_incremental(counts, 40)
+    assert merges == reference.train(counts, 40)
+    if _backend.native is not None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert BPETokenizer.train([text], 256 + 40, backend="native").merges == merges
+
+
+def test_an_absent_special_token_changes_nothing_but_ids(bpe, tmp_path, stories):
+    path = tmp_path / "stories.txt"
+    path.write_text(stories[:150_000], encoding="utf-8")
+    one = bpe.train_files([path], 600, special_tokens=["<|endoftext|>"])
+    two = bpe.train_files([path], 601, special_tokens=["<|endoftext|>", "<|pad|>"])
+    assert one.merges == two.merges
+    sample = stories[150_000:200_000]
+    assert one.encode(sample, allowed_special="all") == two.encode(sample, allowed_special="all")
+    assert list(one.encode_file(path)) == list(two.encode_file(path))
+
+
+def test_special_tokens_found_wherever_they_are(bpe):
+    # Many occurrences, partial prefixes of both tokens, tokens at both ends.
+    merges = bpe.train(["some text to learn a few merges from"] * 3, 270).merges
+    tok = bpe(merges, {"<|endoftext|>": 1000, "<|pad|>": 1001})
+    parts = ["<|endoftext|>", "<|pad|>", "<|endof", "<|pa", "<", "<|", "x", " <|end", "|>"]
+    import random
+
+    rng = random.Random(5)
+    for _ in range(300):
+        text = "".join(rng.choice(parts) for _ in range(rng.randint(0, 30)))
+        ids = tok.encode(text, allowed_special="all")
+        assert tok.decode(ids) == text
+        assert ids.count(1000) == text.count("<|endoftext|>") and ids.count(1001) == text.count("<|pad|>")

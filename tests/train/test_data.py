@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from alilama_core.checkpoint import load_tokenizer
-from alilama_core.app.prepare import prepare, read_text_documents
+from alilama_core.app.prepare import prepare, read_text_documents, read_text_pieces
 from alilama_core.data import DataError, TokenData
+from alilama_core.errors import AlilamaError
 
 
 def _decode_docs(data_dir, split):
@@ -80,8 +81,10 @@ def test_bad_inputs_give_clear_errors_and_touch_nothing(tokenizer_dir, tmp_path)
     keep = tmp_path / "existing"
     keep.mkdir()
     (keep / "precious.txt").write_text("keep me")
-    with pytest.raises(DataError, match="not empty"):
+    with pytest.raises(AlilamaError, match="holds other files"):
         prepare([str(latin)], tokenizer_dir, keep, errors="replace")
+    with pytest.raises(AlilamaError, match="replaces only a data folder that Alilama wrote"):
+        prepare([str(latin)], tokenizer_dir, keep, errors="replace", overwrite=True)
     assert (keep / "precious.txt").read_text() == "keep me"
     assert not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())  # no half-written output left
 
@@ -134,3 +137,34 @@ def test_download_uses_the_hub_cache_offline(tmp_path, monkeypatch):
     (snapshot / "TinyStoriesV2-GPT4-valid.txt").unlink()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode != 0 and "not in the local Hugging Face cache" in out.stderr
+
+
+def test_long_documents_are_read_in_pieces_that_encode_like_the_whole(tokenizer_dir, tmp_path):
+    lines = [f"Line {i}: the cat sat, 'twas {i * 7} o'clock.\n" + ("\n" if i % 5 == 0 else "") for i in range(400)]
+    lines[37] = "   indented lines are never a cut point\n"
+    text = "\n\n" + "".join(lines) + "\n"
+    path = tmp_path / "book.txt"
+    path.write_text(text)
+    pieces = list(read_text_pieces(path, piece_chars=500))
+    assert len(pieces) > 10 and [last for _, last in pieces] == [False] * (len(pieces) - 1) + [True]
+    assert "".join(p for p, _ in pieces) == text.strip("\n") == next(read_text_documents(path))
+    assert all(p[0] not in " \n" for p, _ in pieces)  # each piece starts a line with a visible character
+    tok = load_tokenizer(tokenizer_dir)
+    whole = tok.encode(text.strip("\n"), allowed_special="none")
+    assert [i for p, _ in pieces for i in tok.encode(p, allowed_special="none")] == whole
+
+
+def test_one_book_is_split_by_position(tokenizer_dir, corpus, tmp_path):
+    book = tmp_path / "book.txt"
+    book.write_text(corpus.read_text().replace("<|endoftext|>\n", ""))  # one document, no separators
+    meta = prepare([str(book)], tokenizer_dir, tmp_path / "out", val_fraction=0.1)
+    train, val = meta["splits"]["train"], meta["splits"]["val"]
+    assert meta["split"] == "position" and train["documents"] == 1
+    assert val["tokens"] == round(0.1 * (train["tokens"] + val["tokens"]))
+    tok = load_tokenizer(tokenizer_dir)
+    ids = np.fromfile(tmp_path / "out" / "train.bin", dtype=np.uint16).tolist()
+    ids += np.fromfile(tmp_path / "out" / "val.bin", dtype=np.uint16).tolist()
+    assert ids == tok.encode(book.read_text().strip("\n"), allowed_special="none") + [tok.eot_id]
+    assert train["bytes"] + val["bytes"] == len(book.read_text().strip("\n").encode())
+    val_ids = [i for i in np.fromfile(tmp_path / "out" / "val.bin", dtype=np.uint16).tolist() if i != tok.eot_id]
+    assert len(tok.decode_bytes(val_ids)) == val["bytes"]

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -63,7 +62,7 @@ def test_training_lowers_the_loss_and_writes_the_run_folder(data_dir, tmp_path):
 
 
 def test_resume_gives_exactly_the_uninterrupted_losses(data_dir, tmp_path):
-    cfg = tiny(max_steps=12, checkpoint_every=100, eval_every=100)
+    cfg = tiny(max_steps=12, checkpoint_every=100, eval_every=100, device="cpu")  # CUDA kernels may not be deterministic
     fit(cfg, data_dir, tmp_path / "straight")
     fit(cfg, data_dir, tmp_path / "split", stop_at=5)
     assert max(losses(tmp_path / "split")) == 5
@@ -91,14 +90,20 @@ def test_corrupt_checkpoint_falls_back_to_the_previous_one(data_dir, tmp_path, c
 def test_run_folder_rules(data_dir, tmp_path):
     run = tmp_path / "run"
     fit(tiny(max_steps=2), data_dir, run)
-    with pytest.raises(AlilamaError, match="already holds a different run.*--resume.*--overwrite"):
+    with pytest.raises(AlilamaError, match="already holds a run.*--resume.*--overwrite"):
         fit(tiny(max_steps=2), data_dir, run)
     other = tmp_path / "other"
     other.mkdir()
     (other / "notes.txt").write_text("mine")
-    with pytest.raises(AlilamaError, match="already holds other files"):
+    with pytest.raises(AlilamaError, match="already exists and holds other files"):
         fit(tiny(max_steps=2), data_dir, other)
+    with pytest.raises(AlilamaError, match="replaces only a run that Alilama wrote.*nothing was deleted"):
+        fit(tiny(max_steps=2), data_dir, other, overwrite=True)
     assert (other / "notes.txt").read_text() == "mine"
+    (run / "notes.txt").write_text("mine too")  # a user's file inside a run is not Alilama's to delete
+    with pytest.raises(AlilamaError, match=r"files Alilama did not write \(notes.txt\)"):
+        fit(tiny(max_steps=3), data_dir, run, overwrite=True)
+    (run / "notes.txt").unlink()
     with pytest.raises(AlilamaError, match="cannot resume"):
         fit(tiny(max_steps=2), data_dir, tmp_path / "nothing", resume=True)
     fit(tiny(max_steps=3), data_dir, run, overwrite=True)
@@ -135,7 +140,8 @@ def test_sigint_writes_a_checkpoint_and_resume_continues(data_dir, tmp_path):
 
 def test_ddp_two_processes_match_one_process(data_dir, tmp_path):
     common = ["--preset", "tiny", "--data", str(data_dir), "--no-progress", "train.max_steps=4",
-              "train.eval_every=100", "train.batch_size=8", "train.warmup_steps=1"]
+              "train.eval_every=100", "train.batch_size=8", "train.warmup_steps=1",
+              "train.device=cpu"]  # two processes on CPU (gloo), also on a machine with one GPU
     single = run_cli("train", "--out", str(tmp_path / "one"), *common)
     assert single.returncode == 0, single.stderr
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -208,3 +214,21 @@ def test_bf16_autocast_trains(data_dir, tmp_path):
     l = losses(tmp_path / "bf16")
     assert all(math.isfinite(v) for v in l.values())
     assert math.isfinite(result["val_loss"]) and result["val_loss"] < math.log(320)  # below uniform guessing
+
+
+def test_a_run_killed_before_its_first_checkpoint_starts_again(data_dir, tmp_path):
+    cfg = tiny(max_steps=3, checkpoint_every=100, eval_every=100)
+    fit(cfg, data_dir, tmp_path / "straight")
+    run = tmp_path / "run"
+    fit(cfg, data_dir, run)
+    for path in [*checkpoints(run), run / "final"]:
+        shutil.rmtree(path)
+    (run / "metrics.jsonl").write_text('{"step": 1, "tokens": 512, "lr": 0.001, "train_loss": 6.0}\n{"step": 2, "to')
+    messages = []
+    DefaultTrainer(cfg, echo=messages.append, show_progress=False).fit(str(data_dir), str(run), resume=True)
+    assert "the run has no checkpoint yet: starting from step 0" in messages
+    assert any("dropped 1 unreadable line" in m for m in messages)
+    assert losses(run) == losses(tmp_path / "straight")
+    record = json.loads((run / "run.json").read_text())
+    assert record["data"] == str(data_dir.resolve()) and set(record["checkpoints"]) == {"step-00000003", "final"}
+    assert [h["action"] for h in record["history"]] == ["start", "resume"]

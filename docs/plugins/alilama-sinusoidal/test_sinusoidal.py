@@ -15,3 +15,11 @@ def test_model_builds_and_runs_past_the_context():
                          context_length=8, positional="sinusoidal", attention="sdpa")
     model = build_model(config)
     assert model(torch.zeros(1, 20, dtype=torch.long)).shape == (1, 20, 50)
+
+
+def test_conforms_to_the_plugin_contract():
+    """The conformance kit every plugin runs: shapes, cache, backends against eager, save and load, bad input."""
+    from alilama_core.testing import check_positional_scheme
+
+    done = check_positional_scheme("sinusoidal")
+    assert "cached == uncached" in done and "sdpa == eager" in done

@@ -6,10 +6,12 @@ for any position, so unlike a learned table there is no upper limit.
 
 from __future__ import annotations
 
-import torch
+from pathlib import Path
+
 from torch import Tensor
 
 from alilama_core import ConfigError, PositionalScheme
+from alilama_sinusoidal import standalone
 
 
 class Sinusoidal(PositionalScheme):
@@ -22,12 +24,15 @@ class Sinusoidal(PositionalScheme):
         self.register_buffer("inv_freq", self._inv_freq(), persistent=False)
 
     def _inv_freq(self) -> Tensor:
-        return 1.0 / (10000.0 ** (torch.arange(0, self.d_model, 2, dtype=torch.float32) / self.d_model))
+        return standalone.inv_freq(self.d_model)
 
     def reset_parameters(self) -> None:
         self.inv_freq = self._inv_freq().to(self.inv_freq.device)
 
     def embed(self, positions: Tensor) -> Tensor:
-        angles = positions.float()[..., None] * self.inv_freq  # (T, C/2) or (B, T, C/2)
-        pe = torch.stack((angles.sin(), angles.cos()), dim=-1)  # (..., C/2, 2)
-        return pe.flatten(-2)  # (T, C) or (B, T, C), sin and cos interleaved
+        return standalone.embed(positions, self.inv_freq)  # (T, C) or (B, T, C)
+
+    @classmethod
+    def export_source(cls) -> str:
+        """The torch-only module that a Hugging Face export of this scheme runs (``standalone.py``)."""
+        return str(Path(standalone.__file__).resolve())

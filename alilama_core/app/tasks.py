@@ -1,0 +1,224 @@
+"""Algorithmic tasks on the command line: ``alilama tasks list``, and the task parts of train, eval and plot.
+
+``alilama train --task copy task.lengths=1-16`` trains on generated examples (no
+``data prepare``); ``alilama eval RUN --lengths 8,16,32,64`` scores it on fixed,
+seeded test sets and keeps the scores in ``RUN/task-eval.json``;
+``alilama plot RUN... --accuracy`` draws exact match against length.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from alilama_core.app.common import JsonOpt, console
+from alilama_core.errors import AlilamaError
+from alilama_core.files import atomic_open, atomic_write_text
+
+EVAL_FILE = "task-eval.json"
+
+tasks_app = typer.Typer(
+    help="Algorithmic tasks (copy, sort, addition, ...) to train and test models on.", no_args_is_help=True
+)
+
+
+@tasks_app.command("list")
+def tasks_list(as_json: JsonOpt = False) -> None:
+    """List registered tasks: name, plugin, options and an example."""
+    import numpy as np
+
+    from alilama_core.registry import get_registry
+
+    reg = get_registry()
+    rows = []
+    for name in reg.names("task"):
+        entry = reg.entry("task", name)
+        row = {
+            "name": name,
+            "plugin": entry.plugin,
+            "distribution": entry.distribution,
+            "description": entry.meta.get("description", ""),
+            "options": {},
+            "example": "",
+        }
+        try:
+            task = reg.get("task", name)()
+            prompt, answer = task.example(min(4, task.max_length or 4), np.random.default_rng(0))
+            row.update(
+                options=dict(task.options),
+                example=f"{''.join(prompt)}={''.join(answer)}",
+                vocabulary=len(task.vocabulary()),
+            )
+        except Exception as exc:  # noqa: BLE001 (a broken task is listed with its error, never fatal)
+            row["error"] = f"{type(exc).__name__}: {exc}"
+        rows.append(row)
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    from rich.table import Table
+
+    table = Table(title="Alilama tasks")
+    for col in ("task", "plugin", "example (length 4)", "options", "description"):
+        table.add_column(col)
+    for r in rows:
+        options = ", ".join(f"{k}={v}" for k, v in r["options"].items())
+        table.add_row(r["name"], r["plugin"], r.get("error") or r["example"], options, r["description"])
+    console.print(table, markup=False, highlight=False)
+
+
+# -- train ------------------------------------------------------------------------------------
+
+
+def task_config(cfg, task: str | None, resume: bool, overrides: list[str] | None, echo=console.print):
+    """Fit ``cfg`` to its task: ``task.name``, the vocabulary's size and (unless overridden) the context.
+
+    The context is set to the longest training example, so a learned position
+    table covers exactly the trained positions.
+    """
+    from alilama_core.tasks import get_task, parse_lengths
+
+    if task:
+        if resume and task != cfg.task.name:
+            raise AlilamaError(f"the run was trained on task {cfg.task.name!r}, not {task!r}")
+        cfg.task.name = task
+    cfg.task.validate()
+    built = get_task(cfg.task.name, cfg.task.options)
+    if resume:
+        return cfg
+    hi = parse_lengths(cfg.task.lengths)[1]
+    need = built.sequence_length(hi) - 1
+    vocab = len(built.vocabulary())
+    if cfg.model.vocab_size != vocab:
+        echo(f"model.vocab_size set to the task's {vocab} symbols", highlight=False)
+        cfg.model.vocab_size = vocab
+    given = any(o.strip().lstrip("-").startswith("model.context_length=") for o in overrides or [])
+    if not given and cfg.model.context_length != need:
+        echo(f"model.context_length set to {need}, the longest example at length {hi}", highlight=False)
+        cfg.model.context_length = need
+    return cfg.validate()
+
+
+# -- eval -------------------------------------------------------------------------------------
+
+
+def task_eval(
+    run: str,
+    task: str | None,
+    lengths: str | None,
+    examples: int,
+    seed: int | None,
+    attention: str | None,
+    as_json: bool,
+) -> None:
+    """Score a task run at each length; print a table or JSON and keep ``RUN/task-eval.json``."""
+    from alilama_core import config as cfgmod
+    from alilama_core.tasks import evaluate_task_run, parse_length_list, parse_lengths
+
+    path = Path(run)
+    if not (path / "config.yaml").is_file():
+        raise AlilamaError(f"{run!r} is not an Alilama run folder (no config.yaml)")
+    cfg = cfgmod.load(path / "config.yaml")
+    if not cfg.task.name:
+        raise AlilamaError(
+            f"{run!r} was trained on text: give --data FILE to score it (--task and --lengths are for task runs)"
+        )
+    lo, hi = parse_lengths(cfg.task.lengths)
+    wanted = parse_length_list(lengths) if lengths else [hi, 2 * hi, 4 * hi]
+    if examples < 1:
+        raise AlilamaError(f"--examples must be positive, got {examples}")
+    built, rows = evaluate_task_run(
+        run,
+        wanted,
+        task=task,
+        examples=examples,
+        seed=seed,
+        attention=None if attention in (None, "auto") else attention,
+    )
+    result = {
+        "run": str(path),
+        "task": built.name,
+        "options": built.options,
+        "trained_lengths": [lo, hi],
+        "positional": cfg.model.positional,
+        "seed": cfg.task.seed if seed is None else seed,
+        "rows": [asdict(r) for r in rows],
+    }
+    atomic_write_text(path / EVAL_FILE, json.dumps(result, indent=2) + "\n")
+    if as_json:
+        print(json.dumps(result, indent=2))
+        return
+    from rich.table import Table
+
+    table = Table(title=f"{built.name} on {run} (trained on lengths {lo}-{hi}, {cfg.model.positional})")
+    for col in ("length", "tokens", "exact match", "token accuracy", "loss", "examples"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        if r.exact_match is None:
+            table.add_row(str(r.length), str(r.tokens), "n/a", "n/a", r.note, "0")
+        else:
+            table.add_row(
+                str(r.length),
+                str(r.tokens),
+                f"{r.exact_match:.1%}",
+                f"{r.token_accuracy:.1%}",
+                f"{r.loss:.4f}",
+                str(r.examples),
+            )
+    console.print(table, highlight=False)
+
+
+# -- plot -------------------------------------------------------------------------------------
+
+
+def read_task_eval(run: str | Path) -> dict:
+    path = Path(run) / EVAL_FILE
+    if not path.is_file():
+        raise AlilamaError(f"{str(run)!r} has no {EVAL_FILE}; run `alilama eval {run} --lengths ...` first")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise AlilamaError(f"{str(path)!r} is not valid JSON: {exc}") from None
+
+
+def plot_accuracy(runs: list[str | Path], out: str | Path, metric: str = "exact_match") -> Path:
+    """Accuracy against length, one line per run (from each run's ``task-eval.json``); n/a points left out."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not runs:
+        raise AlilamaError("give at least one run folder")
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
+    longest = 0
+    for i, run in enumerate(runs):
+        result = read_task_eval(run)
+        points = [(r["length"], r[metric]) for r in result["rows"] if r[metric] is not None]
+        if points:
+            ax.plot(*zip(*points), marker="o", color=f"C{i % 10}", label=f"{Path(run).name} ({result['positional']})")
+        longest = max(longest, result["trained_lengths"][1])
+    if longest:
+        ax.axvline(longest, color="grey", ls=":", lw=1, label="longest trained length")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("length")
+    ax.set_ylabel(metric.replace("_", " "))
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_title("Alilama task accuracy against length")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    out = Path(out)
+    try:
+        with atomic_open(out, "wb") as f:
+            fig.savefig(f, format="png", bbox_inches="tight")
+    finally:
+        plt.close(fig)
+    return out
+
+
+TaskOpt = Annotated[
+    str | None, typer.Option("--task", help="A task from `alilama tasks list` (trains on generated examples).")
+]

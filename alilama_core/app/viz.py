@@ -1,0 +1,133 @@
+"""``alilama viz``: attention maps, the interactive tape, and positional terms as pictures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from alilama_core.app.common import (
+    ConfigOpt,
+    OverridesArg,
+    PresetOpt,
+    console,
+    resolve_config,
+)
+from alilama_core.errors import AlilamaError
+
+viz_app = typer.Typer(
+    help="Draw what a model does: attention maps, the tape, positional terms.",
+    no_args_is_help=True,
+)
+
+
+def read_prompt(prompt: str | None, prompt_file: str | None) -> str:
+    """The prompt text from ``--prompt`` or ``--prompt-file`` (exactly one)."""
+    if (prompt is None) == (prompt_file is None):
+        raise AlilamaError("give exactly one of --prompt TEXT or --prompt-file PATH")
+    if prompt is not None:
+        return prompt
+    path = Path(prompt_file)
+    if not path.is_file():
+        raise AlilamaError(f"prompt file {prompt_file!r} does not exist")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise AlilamaError(f"prompt file {prompt_file!r} is not valid UTF-8; convert it to UTF-8") from None
+
+
+def attention_pictures(
+    run: str,
+    text: str,
+    out: str | Path,
+    layer: int | None = None,
+    head: int | None = None,
+    checkpoint: str | None = None,
+    attention: str | None = None,
+    html: bool = True,
+) -> list[Path]:
+    """Write the attention grid (or one map), the head distances and the HTML tape for ``run``; return the paths."""
+    from alilama_core.app.viz_draw import draw_grid, draw_map, read_tape
+    from alilama_core.app.viz_page import write_page
+    from alilama_core.checkpoint import load_run
+
+    if head is not None and layer is None:
+        raise AlilamaError("--head needs --layer too (e.g. --layer 0 --head 3)")
+    loaded = load_run(run, checkpoint=checkpoint, attention=attention)
+    tape = read_tape(loaded.model, loaded.tokenizer, text)
+    out = Path(out)
+    written = []
+    if layer is not None and head is not None:
+        written.append(draw_map(tape, out / f"attention_l{layer}_h{head}.png", layer, head))
+    elif layer is not None:
+        from alilama_core.app.viz_draw import _check
+
+        _check(tape, layer, None)
+        written += [draw_map(tape, out / f"attention_l{layer}_h{h}.png", layer, h) for h in range(tape.shape[1])]
+    else:
+        written.append(draw_grid(tape, out / "attention.png"))
+    if html:
+        written.append(write_page(tape, out / "tape.html", title=f"Alilama tape: {Path(run).name}"))
+    for note in tape.notes:
+        console.print(f"note: {note}", highlight=False)
+    return written
+
+
+@viz_app.command("attention")
+def attention_cmd(
+    run: Annotated[
+        str,
+        typer.Argument(help="Run folder (uses RUN/final, else the latest checkpoint)."),
+    ],
+    prompt: Annotated[str | None, typer.Option("--prompt", help="Prompt text.")] = None,
+    prompt_file: Annotated[str | None, typer.Option("--prompt-file", help="Read the prompt from a file.")] = None,
+    out: Annotated[
+        str,
+        typer.Option("--out", "-o", help="Output folder for attention.png and tape.html."),
+    ] = "viz",
+    layer: Annotated[
+        int | None,
+        typer.Option("--layer", help="Draw this layer's maps large (with --head: one map)."),
+    ] = None,
+    head: Annotated[int | None, typer.Option("--head", help="With --layer: the one head to draw.")] = None,
+    checkpoint: Annotated[
+        str | None,
+        typer.Option("--checkpoint", help="Checkpoint folder name, e.g. step-00001000."),
+    ] = None,
+    attention: Annotated[str | None, typer.Option("--attention", help="Backend to run the model with.")] = None,
+    html: Annotated[
+        bool,
+        typer.Option("--html/--no-html", help="Also write the interactive tape.html."),
+    ] = True,
+) -> None:
+    """Attention maps (layers x heads, token labels) and a self-contained interactive tape.html."""
+    text = read_prompt(prompt, prompt_file)
+    for path in attention_pictures(run, text, out, layer, head, checkpoint, attention, html):
+        console.print(f"wrote {path}", highlight=False)
+
+
+@viz_app.command("positional")
+def positional_cmd(
+    config: ConfigOpt = None,
+    preset: PresetOpt = None,
+    overrides: OverridesArg = None,
+    out: Annotated[str, typer.Option("--out", "-o", help="PNG path.")] = "positional.png",
+    distance: Annotated[
+        int | None,
+        typer.Option("--distance", help="Largest distance drawn (default: the context length)."),
+    ] = None,
+) -> None:
+    """Each head's positional term against distance, for the config's positional scheme."""
+    from alilama_core.app.viz_draw import draw_positional
+
+    if distance is not None and distance < 1:
+        raise AlilamaError(f"--distance must be at least 1, got {distance}")
+    cfg = resolve_config(config, preset, overrides)
+    path = draw_positional(cfg.model, out, distance)
+    console.print(f"wrote {path}", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``alilama viz`` to the root app."""
+    app.add_typer(viz_app, name="viz")

@@ -1,0 +1,81 @@
+"""A learnable-bias plugin scheme beside ALiBi: one training step of the essay model, side by side.
+
+``kerple-log`` (tests/plugins/alilama-kerple, a third-party package written
+from docs/plugins.md) has trainable per-head parameters, so its bias is
+recomputed once per forward pass and shared by all 8 layers; ALiBi's is cached.
+One step: forward, loss, backward and AdamW on a (32, 128) batch.
+
+    ALILAMA_BENCH_FULL=1 .venv/bin/pytest benchmarks/test_plugins.py --benchmark-only
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from alilama_bench import FULL
+from alilama_core import config as cfgmod
+from alilama_core.model import build_model
+from alilama_core.registry import get_registry
+
+BATCH, T = (32, 128) if FULL else (4, 64)
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+@pytest.mark.parametrize("positional", ["alibi", "kerple-log"])
+def test_training_step(benchmark, positional, attention):
+    benchmark.group = f"train step, essay model, B={BATCH} T={T}, {attention}"
+    step = training_step(positional, attention)
+    benchmark.pedantic(step, rounds=10 if FULL else 1, iterations=1)
+
+
+def training_step(positional: str, attention: str):
+    """One warmed-up training step of the essay model with ``positional`` and ``attention``."""
+    if positional not in get_registry().names("positional"):
+        pytest.skip("the kerple-log test plugin is not installed (make install)")
+    cfg = cfgmod.preset("essay").model
+    cfg.positional, cfg.attention = positional, attention
+    torch.manual_seed(0)
+    model = build_model(cfg.validate())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randint(0, cfg.vocab_size, (BATCH, T + 1), generator=torch.Generator().manual_seed(0))
+
+    def step():
+        logits = model(x[:, :-1])  # (B, T, V)
+        loss = F.cross_entropy(logits.flatten(0, 1), x[:, 1:].flatten())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    step()  # warm-up: allocations, first-call paths
+    return step
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_kerple_over_alibi_alternating(benchmark, attention):
+    """The ratio that matters, robust to a busy machine: the two steps alternate, one thread, medians compared."""
+    benchmark.group = f"kerple-log / alibi step time, alternating, B={BATCH} T={T}"
+    alibi, kerple = training_step("alibi", attention), training_step("kerple-log", attention)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    times: dict[str, list[float]] = {"alibi": [], "kerple-log": []}
+
+    def alternate():
+        for name, step in (("alibi", alibi), ("kerple-log", kerple)):
+            t0 = time.perf_counter()
+            step()
+            times[name].append(time.perf_counter() - t0)
+
+    try:
+        benchmark.pedantic(alternate, rounds=6 if FULL else 1, iterations=1)
+    finally:
+        torch.set_num_threads(threads)
+    ratio = statistics.median(times["kerple-log"]) / statistics.median(times["alibi"])
+    benchmark.extra_info.update(
+        alibi_s=statistics.median(times["alibi"]), kerple_s=statistics.median(times["kerple-log"]), ratio=ratio
+    )
+    print(f"\n{attention}: kerple-log / alibi step time = {ratio:.2f}")

@@ -1,0 +1,245 @@
+"""Alilama models as transformers' own architectures, where the math is the same.
+
+============  ==============================  =====================================
+Alilama       transformers                    when
+============  ==============================  =====================================
+ALiBi         ``MptForCausalLM``              no linear and no norm biases,
+                                              ``d_mlp = 4 * d_model``, dropout 0
+learned       ``GPT2LMHeadModel``             always (missing biases are zeros)
+RoPE          ``GPTNeoXForCausalLM``          always (rotary on all dims,
+                                              sequential residual, tied head)
+============  ==============================  =====================================
+
+What was checked, detail by detail (transformers 5):
+
+- Activation: Alilama uses exact GELU. MPT's MLP is ``nn.GELU(approximate="none")``;
+  GPT-2 and GPT-NeoX take ``activation_function`` / ``hidden_act`` ``"gelu"``
+  (exact; GPT-2's default ``"gelu_new"`` is the tanh approximation, so it is set).
+- Norms: LayerNorm with ``norm_eps`` everywhere (``layer_norm_epsilon`` /
+  ``layer_norm_eps``). MPT's LayerNorms have no bias, hence the condition.
+- Heads: Alilama splits ``qkv`` as ``[q | k | v]``, each ``(H, D)`` head-major.
+  MPT (``Wqkv.chunk(3)``) and GPT-2 (``c_attn.split``) split the same way;
+  GPT-NeoX views its ``query_key_value`` output as ``(H, 3, D)``, so the rows
+  are interleaved per head on export. GPT-2's ``Conv1D`` stores ``(in, out)``:
+  matrices are transposed.
+- ALiBi slopes: MPT computes ``2^(-8h/P)`` for ``P`` the next power of two and,
+  when ``H < P``, takes the odd-indexed slopes then the even ones; for every
+  ``H`` that equals Alilama's (nearest smaller power of two, then every other
+  slope of twice as many heads), checked in the tests for 6 heads. MPT adds
+  ``-m_h * (S - 1 - j)`` instead of ``-m_h * (i - j)``: the difference is
+  constant along each query row, which softmax removes.
+- MPT's bias table has ``max_seq_len`` columns and attention fails past it, so
+  ``max_seq_len`` is set to ``max(context_length, ALIBI_TABLE)`` to let the
+  model run past its training context as ALiBi should.
+- Rotary: Alilama pairs the first half of a head with the second half
+  (``rotate_half``), as GPT-NeoX does, on all dims (``partial_rotary_factor``
+  1.0), ``rope_theta`` kept.
+- Head: tied to the token embedding in all three (``tie_word_embeddings``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from alilama_core.errors import AlilamaError
+
+ALIBI_TABLE = 8192
+"""Columns of MPT's ALiBi table (``max_seq_len``): how far past its training context the export runs."""
+
+ARCHITECTURES = {"alibi": "mpt", "learned": "gpt2", "rope": "gpt_neox"}
+
+
+def native_reason(m) -> str | None:
+    """``None`` when ``m`` (a ``ModelConfig``) maps exactly onto a transformers architecture, else why not."""
+    arch = ARCHITECTURES.get(m.positional)
+    if arch is None:
+        return f"positional scheme {m.positional!r} has no transformers architecture (alibi, learned and rope do)"
+    if arch == "mpt":
+        if m.bias or getattr(m, "norm_bias", True):
+            return (
+                "MPT has no linear or norm biases; this ALiBi model has "
+                + ("linear biases" if m.bias else "norm biases")
+                + " (train with model.bias=false model.norm_bias=false, e.g. the essay-nobias preset)"
+            )
+        if m.d_mlp != 4 * m.d_model:
+            return f"MPT's MLP is 4 x d_model wide; this model's d_mlp is {m.d_mlp} (d_model {m.d_model})"
+        if m.dropout:
+            return f"MPT applies dropout in other places than Alilama; this model has dropout {m.dropout}"
+    return None
+
+
+def native_config(m, eot: int | None):
+    """The transformers config of the architecture ``m`` maps onto (``native_reason(m)`` must be ``None``)."""
+    ids = dict(bos_token_id=eot, eos_token_id=eot, pad_token_id=eot, tie_word_embeddings=True)
+    arch = ARCHITECTURES[m.positional]
+    if arch == "mpt":
+        from transformers import MptConfig
+
+        return MptConfig(
+            d_model=m.d_model,
+            n_heads=m.n_heads,
+            n_layers=m.n_layers,
+            expansion_ratio=4,
+            max_seq_len=max(m.context_length, ALIBI_TABLE),
+            vocab_size=m.vocab_size,
+            resid_pdrop=0.0,
+            emb_pdrop=0.0,
+            layer_norm_epsilon=m.norm_eps,
+            learned_pos_emb=False,
+            attn_config={"attn_pdrop": 0, "alibi": True, "alibi_bias_max": 8, "softmax_scale": None},
+            no_bias=True,
+            norm_type="low_precision_layernorm",
+            use_cache=True,
+            **ids,
+        )
+    if arch == "gpt2":
+        from transformers import GPT2Config
+
+        return GPT2Config(
+            vocab_size=m.vocab_size,
+            n_positions=m.context_length,
+            n_embd=m.d_model,
+            n_layer=m.n_layers,
+            n_head=m.n_heads,
+            n_inner=m.d_mlp,
+            activation_function="gelu",
+            resid_pdrop=m.dropout,
+            embd_pdrop=m.dropout,
+            attn_pdrop=0.0,
+            layer_norm_epsilon=m.norm_eps,
+            scale_attn_weights=True,
+            scale_attn_by_inverse_layer_idx=False,
+            reorder_and_upcast_attn=False,
+            use_cache=True,
+            **ids,
+        )
+    from transformers import GPTNeoXConfig
+
+    return GPTNeoXConfig(
+        vocab_size=m.vocab_size,
+        hidden_size=m.d_model,
+        num_hidden_layers=m.n_layers,
+        num_attention_heads=m.n_heads,
+        intermediate_size=m.d_mlp,
+        hidden_act="gelu",
+        rope_parameters={"rope_type": "default", "rope_theta": float(m.rope_theta), "partial_rotary_factor": 1.0},
+        attention_dropout=0.0,
+        hidden_dropout=m.dropout,
+        max_position_embeddings=m.context_length,
+        layer_norm_eps=m.norm_eps,
+        use_parallel_residual=False,
+        attention_bias=bool(m.bias),
+        use_cache=True,
+        **ids,
+    )
+
+
+def native_state_dict(m, state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Alilama ``GPT`` weights under the native architecture's names (biases it lacks: zeros)."""
+    arch = ARCHITECTURES[m.positional]
+    d = m.d_model
+    out: dict[str, Tensor] = {}
+
+    def get(name: str, like: tuple[int, ...]) -> Tensor:
+        return state[name] if name in state else torch.zeros(like, dtype=state["tok_emb.weight"].dtype)
+
+    def norm(src: str, dst: str, bias: bool = True) -> None:
+        out[f"{dst}.weight"] = state[f"{src}.weight"]
+        if bias:
+            out[f"{dst}.bias"] = get(f"{src}.bias", (d,))
+
+    if arch == "mpt":
+        out["transformer.wte.weight"] = state["tok_emb.weight"]
+        for i in range(m.n_layers):
+            a, b = f"blocks.{i}", f"transformer.blocks.{i}"
+            norm(f"{a}.ln_attn", f"{b}.norm_1", bias=False)
+            out[f"{b}.attn.Wqkv.weight"] = state[f"{a}.attn.qkv.weight"]
+            out[f"{b}.attn.out_proj.weight"] = state[f"{a}.attn.proj.weight"]
+            norm(f"{a}.ln_mlp", f"{b}.norm_2", bias=False)
+            out[f"{b}.ffn.up_proj.weight"] = state[f"{a}.mlp.fc.weight"]
+            out[f"{b}.ffn.down_proj.weight"] = state[f"{a}.mlp.proj.weight"]
+        norm("ln_f", "transformer.norm_f", bias=False)
+    elif arch == "gpt2":
+        out["transformer.wte.weight"] = state["tok_emb.weight"]
+        out["transformer.wpe.weight"] = state["positional.table.weight"]
+        for i in range(m.n_layers):
+            a, b = f"blocks.{i}", f"transformer.h.{i}"
+            norm(f"{a}.ln_attn", f"{b}.ln_1")
+            out[f"{b}.attn.c_attn.weight"] = state[f"{a}.attn.qkv.weight"].t().contiguous()  # Conv1D: (in, out)
+            out[f"{b}.attn.c_attn.bias"] = get(f"{a}.attn.qkv.bias", (3 * d,))
+            out[f"{b}.attn.c_proj.weight"] = state[f"{a}.attn.proj.weight"].t().contiguous()
+            out[f"{b}.attn.c_proj.bias"] = get(f"{a}.attn.proj.bias", (d,))
+            norm(f"{a}.ln_mlp", f"{b}.ln_2")
+            out[f"{b}.mlp.c_fc.weight"] = state[f"{a}.mlp.fc.weight"].t().contiguous()
+            out[f"{b}.mlp.c_fc.bias"] = get(f"{a}.mlp.fc.bias", (m.d_mlp,))
+            out[f"{b}.mlp.c_proj.weight"] = state[f"{a}.mlp.proj.weight"].t().contiguous()
+            out[f"{b}.mlp.c_proj.bias"] = get(f"{a}.mlp.proj.bias", (d,))
+        norm("ln_f", "transformer.ln_f")
+    else:
+        h, hd = m.n_heads, d // m.n_heads
+        out["gpt_neox.embed_in.weight"] = state["tok_emb.weight"]
+        for i in range(m.n_layers):
+            a, b = f"blocks.{i}", f"gpt_neox.layers.{i}"
+            norm(f"{a}.ln_attn", f"{b}.input_layernorm")
+            w = state[f"{a}.attn.qkv.weight"]  # (3*H*D, C) as [q | k | v]
+            out[f"{b}.attention.query_key_value.weight"] = w.view(3, h, hd, d).transpose(0, 1).reshape(3 * d, d)
+            if m.bias:
+                bias = state[f"{a}.attn.qkv.bias"]  # (3*H*D,)
+                out[f"{b}.attention.query_key_value.bias"] = bias.view(3, h, hd).transpose(0, 1).reshape(3 * d)
+                out[f"{b}.attention.dense.bias"] = state[f"{a}.attn.proj.bias"]
+            out[f"{b}.attention.dense.weight"] = state[f"{a}.attn.proj.weight"]
+            norm(f"{a}.ln_mlp", f"{b}.post_attention_layernorm")
+            out[f"{b}.mlp.dense_h_to_4h.weight"] = state[f"{a}.mlp.fc.weight"]
+            out[f"{b}.mlp.dense_h_to_4h.bias"] = get(f"{a}.mlp.fc.bias", (m.d_mlp,))
+            out[f"{b}.mlp.dense_4h_to_h.weight"] = state[f"{a}.mlp.proj.weight"]
+            out[f"{b}.mlp.dense_4h_to_h.bias"] = get(f"{a}.mlp.proj.bias", (d,))
+        norm("ln_f", "gpt_neox.final_layer_norm")
+    return {k: v.detach().cpu().contiguous() for k, v in out.items()}
+
+
+def native_model(model, eot: int | None):
+    """A transformers ``*ForCausalLM`` computing what ``model`` (an Alilama ``GPT``) computes, in eval mode."""
+    from transformers import AutoModelForCausalLM
+
+    m = model.config
+    reason = native_reason(m)
+    if reason is not None:
+        raise AlilamaError(f"cannot export as a transformers architecture: {reason}")
+    config = native_config(m, eot)
+    config._attn_implementation = "eager"
+    with torch.device("cpu"):
+        hf = AutoModelForCausalLM.from_config(config)
+    state = native_state_dict(m, {k: v for k, v in model.state_dict().items()})
+    missing, unexpected = hf.load_state_dict(state, strict=False)
+    missing = [k for k in missing if k != "lm_head.weight"]
+    if missing or unexpected:
+        raise AlilamaError(f"weights do not match {type(hf).__name__}: missing {missing}, unexpected {unexpected}")
+    hf.tie_weights()
+    return hf.eval()
+
+
+def probe_ids(m, n: int = 48) -> Tensor:
+    """Two fixed rows of token ids to compare logits on: ``(2, min(n, context_length))``."""
+    g = torch.Generator().manual_seed(0)
+    return torch.randint(0, m.vocab_size, (2, min(n, m.context_length)), generator=g)
+
+
+def max_logit_diff(model, hf, ids: Tensor) -> float:
+    """Largest absolute difference between ``model``'s (Alilama) and ``hf``'s logits on ``ids``."""
+    with torch.no_grad():
+        ours = model(ids.to(next(model.parameters()).device)).float().cpu()
+        theirs = hf(ids).logits.float()
+    return (ours - theirs).abs().max().item()
+
+
+def describe(m) -> dict[str, Any]:
+    """The architecture name and class for the card and the CLI."""
+    arch = ARCHITECTURES[m.positional]
+    return {
+        "mpt": {"model_type": "mpt", "class": "MptForCausalLM"},
+        "gpt2": {"model_type": "gpt2", "class": "GPT2LMHeadModel"},
+        "gpt_neox": {"model_type": "gpt_neox", "class": "GPTNeoXForCausalLM"},
+    }[arch]

@@ -1,0 +1,84 @@
+"""The layering contract in pyproject.toml: the library imports no plugin, integration or app module.
+
+The contract runs on the real tree, and on a copy of it with one offending
+import added, to prove it fails when the layering is broken.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGES = {
+    "alilama_core": "alilama_core",
+    "alilama_positional": "plugins/alilama_positional",
+    "alilama_attention": "plugins/alilama_attention",
+    "alilama_bpe": "plugins/alilama_bpe",
+    "alilama_trainers": "plugins/alilama_trainers",
+    "alilama_tasks": "plugins/alilama_tasks",
+    "alilama_hf": "integrations/alilama_hf",
+}
+
+pytest.importorskip("importlinter", reason="import-linter is a dev dependency (pip install -e '.[dev]')")
+
+
+def lint_imports(root: Path) -> subprocess.CompletedProcess:
+    """Run import-linter on the packages under ``root`` (the editable install's finder set aside)."""
+    paths = sorted({str(root / Path(rel).parent) for rel in PACKAGES.values()})
+    code = (
+        "import sys\n"
+        "sys.meta_path[:] = [f for f in sys.meta_path if not type(f).__module__.startswith('_editable')]\n"
+        f"sys.path[:0] = {paths!r}\n"
+        "from importlinter.cli import lint_imports\n"
+        f"sys.exit(lint_imports(config_filename={str(root / 'pyproject.toml')!r}))\n"
+    )
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=120)
+
+
+def copy_tree(dest: Path) -> Path:
+    for rel in PACKAGES.values():
+        shutil.copytree(REPO / rel, dest / rel, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    shutil.copy(REPO / "pyproject.toml", dest / "pyproject.toml")
+    return dest
+
+
+def test_the_library_imports_no_plugin(tmp_path):
+    result = lint_imports(copy_tree(tmp_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 kept, 0 broken" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "module, offending",
+    [
+        ("alilama_core/errors.py", "from alilama_attention import eager"),
+        ("alilama_core/config.py", "import alilama_hf"),
+        ("alilama_core/registry.py", "from alilama_core.app import common"),
+        ("alilama_core/tasks.py", "import alilama_tasks"),
+    ],
+)
+def test_the_contract_fails_on_a_violation(tmp_path, module, offending):
+    root = copy_tree(tmp_path)
+    with open(root / module, "a", encoding="utf-8") as f:
+        f.write(f"\n{offending}  # a layering violation\n")
+    result = lint_imports(root)
+    assert result.returncode != 0
+    assert "1 broken" in result.stdout
+    assert module.removesuffix(".py").replace("/", ".") in result.stdout
+
+
+def test_every_plugin_package_is_in_the_contract():
+    """A new built-in plugin or integration package must be added to the contract (and to PACKAGES above)."""
+    import re
+
+    text = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    shipped = set(re.findall(r'"(?:plugins|integrations)/(alilama_\w+)"', text))
+    contract = text[text.index("[[tool.importlinter.contracts]]") :]
+    forbidden = set(re.findall(r'"(alilama_\w+)"', contract[contract.index("forbidden_modules") :]))
+    assert shipped and shipped <= forbidden, f"not in the layering contract: {sorted(shipped - forbidden)}"
+    assert shipped <= set(PACKAGES)

@@ -1,0 +1,806 @@
+"""A careless or unlucky user's mistakes, one table row each: nothing lost, nothing mixed, no traceback.
+
+Each case is a command line, the exit code it must give, a phrase its output
+must contain, and files that must still exist afterwards. Cases run in-process
+through typer's ``CliRunner``; the concurrency and kill tests use real
+processes. ``docs/what-happens-when.md`` lists the same cases.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from alilama_core.app.cli import get_app
+from alilama_core.checkpoint import checkpoints
+
+ROOT = Path(__file__).resolve().parent.parent
+TOKENIZER_ARGS = ["--vocab-size", "300", "--special", "<|endoftext|>"]
+TINY = [
+    "--preset",
+    "tiny",
+    "--no-progress",
+    "model.vocab_size=300",
+    "train.sample_prompts=[Once]",
+    "train.eval_every=4",
+    "train.checkpoint_every=2",
+    "train.log_every=1",
+]
+
+
+def cli(*args: str, cwd: Path | None = None):
+    """Run ``alilama ARGS`` in this process; returns the click result (output holds stdout and stderr)."""
+    old = Path.cwd()
+    if cwd is not None:
+        os.chdir(cwd)
+    try:
+        return CliRunner().invoke(get_app(), list(args), catch_exceptions=True)
+    finally:
+        os.chdir(old)
+
+
+# -- a workspace: corpus, tokenizer, data, one finished run ----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    from alilama_core.app.stories import write_corpus
+
+    root = tmp_path_factory.mktemp("base")
+    write_corpus(root / "corpus.txt", 300, seed=3)
+    for args in (
+        ["tokenizer", "train", "--input", str(root / "corpus.txt"), *TOKENIZER_ARGS, "--out", str(root / "tok")],
+        [
+            "data",
+            "prepare",
+            "--input",
+            str(root / "corpus.txt"),
+            "--tokenizer",
+            str(root / "tok"),
+            "--out",
+            str(root / "data"),
+            "--val-fraction",
+            "0.1",
+        ],
+        ["train", *TINY, "train.max_steps=6", "--data", str(root / "data"), "--out", str(root / "run")],
+    ):
+        result = cli(*args)
+        assert result.exit_code == 0, result.output
+    return root
+
+
+@pytest.fixture
+def ws(base, tmp_path) -> Path:
+    """A private copy of the workspace (each case may damage it)."""
+    import shutil
+
+    for name in ("corpus.txt", "tok", "data", "run"):
+        src = base / name
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, tmp_path / name)
+    return tmp_path
+
+
+# -- the table ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Case:
+    name: str
+    args: list[str]
+    code: int
+    phrase: str
+    keep: list[str] = field(default_factory=list)
+    """Paths (relative to the workspace) that must still exist afterwards."""
+    setup: Callable[[Path], None] | None = None
+    check: Callable[[Path, str], None] | None = None
+    """Further assertions on the workspace and the output."""
+
+
+def _write(path: str, data: str | bytes):
+    def setup(ws: Path) -> None:
+        p = ws / path
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data if isinstance(data, bytes) else data.encode())
+
+    return setup
+
+
+def _both(*setups):
+    def setup(ws: Path) -> None:
+        for s in setups:
+            s(ws)
+
+    return setup
+
+
+def _flip_a_bit(ws: Path) -> None:
+    path = ws / "run" / "final" / "model.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-100] ^= 0x10
+    path.write_bytes(bytes(data))
+
+
+def _swap_tokenizer(vocab_size: int):
+    def setup(ws: Path) -> None:
+        import shutil
+
+        from alilama_core.app.prepare import iter_documents
+        from alilama_core.registry import get_tokenizer
+
+        shutil.rmtree(ws / "run" / "tokenizer")
+        get_tokenizer("bpe").train(
+            iter_documents([str(ws / "corpus.txt")]), vocab_size, special_tokens=["<|endoftext|>"]
+        ).save(ws / "run" / "tokenizer")
+
+    return setup
+
+
+def _other_weights(ws: Path) -> None:
+    from alilama_core import config as cfgmod
+    from alilama_core.checkpoint import save_weights
+    from alilama_core.model import build_model
+
+    cfg = cfgmod.load(ws / "run" / "config.yaml")
+    cfg.model.d_model, cfg.model.d_mlp = 16, 32
+    save_weights(build_model(cfg.model), ws / "run" / "final")
+
+
+def _drop_state_keys(ws: Path) -> None:
+    for ckpt in checkpoints(ws / "run"):
+        state = json.loads((ckpt / "state.json").read_text())
+        state.pop("sampler")
+        (ckpt / "state.json").write_text(json.dumps(state))
+    import shutil
+
+    shutil.rmtree(ws / "run" / "final")
+
+
+def _torn_metrics(ws: Path) -> None:
+    with open(ws / "run" / "metrics.jsonl", "a") as f:
+        f.write('{"step": 7, "tok')
+
+
+def _unfinished(ws: Path) -> None:
+    """Make the run look killed at step 4: no final, no step 6, a torn metrics line, a stale temp folder."""
+    import shutil
+
+    shutil.rmtree(ws / "run" / "final")
+    shutil.rmtree(ws / "run" / "step-00000006")
+    with open(ws / "run" / "metrics.jsonl", "a") as f:
+        f.write('{"step": 7, "tok')
+    (ws / "run" / ".step-00000006.abc123.tmp").mkdir()
+    (ws / "run" / ".step-00000006.abc123.tmp" / "model.safetensors").write_bytes(b"half")
+
+
+def _resumed_at_4(ws: Path, out: str) -> None:
+    assert "resuming from step-00000004" in out and "dropped 1 unreadable line" in out
+    assert "removed 1 unfinished temporary" in out
+    assert not (ws / "run" / ".step-00000006.abc123.tmp").exists()
+    rows = [json.loads(x) for x in (ws / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
+
+
+def _config_saved(ws: Path, out: str) -> None:
+    from alilama_core import config as cfgmod
+
+    assert cfgmod.load(ws / "run" / "config.yaml").train.max_steps == 8
+    record = json.loads((ws / "run" / "run.json").read_text())
+    assert record["history"][-1]["changed"] == {"train.max_steps": [6, 8]}
+    assert max(json.loads(x)["step"] for x in (ws / "run" / "metrics.jsonl").read_text().splitlines()) == 8
+
+
+def _nothing_trained(ws: Path, out: str) -> None:
+    assert "done:" not in out and "raise it (e.g. train.max_steps=12)" in out
+    assert max(json.loads(x)["step"] for x in (ws / "run" / "metrics.jsonl").read_text().splitlines()) == 6
+
+
+def _val_fraction_is(value: float):
+    def check(ws: Path, out: str) -> None:
+        assert json.loads((ws / "data" / "meta.json").read_text())["val_fraction"] == value
+
+    return check
+
+
+def _absent(path: str):
+    def check(ws: Path, out: str) -> None:
+        assert not (ws / path).exists(), f"{path} was written"
+
+    return check
+
+
+def _three_layers(ws: Path, out: str) -> None:
+    counts = {row["count"] for row in json.loads(out)["table"] if row["name"].startswith("blocks.")}
+    assert counts == {3}
+
+
+def _learned_run(ws: Path) -> None:
+    """A run whose learned position table holds 16 positions (weights at initialisation)."""
+    import shutil
+
+    from alilama_core import config as cfgmod
+    from alilama_core.checkpoint import save_weights
+    from alilama_core.model import build_model
+
+    cfg = cfgmod.load(ws / "run" / "config.yaml")
+    cfg.model.positional, cfg.model.context_length, cfg.model.attention = "learned", 16, "eager"
+    run = ws / "lrun"
+    run.mkdir()
+    cfgmod.save(cfg, run / "config.yaml")
+    shutil.copytree(ws / "run" / "tokenizer", run / "tokenizer")
+    save_weights(build_model(cfg.model), run / "final")
+
+
+def _npy(ws: Path) -> None:
+    (ws / "ids.npy").write_bytes(b"\x93NUMPY this is not an array")
+
+
+def _split_by_position(ws: Path, out: str) -> None:
+    meta = json.loads((ws / "bookdata" / "meta.json").read_text())
+    assert meta["split"] == "position" and meta["splits"]["val"]["tokens"] > 0
+
+
+def _user_folder(ws: Path) -> None:
+    (ws / "proj").mkdir()
+    (ws / "proj" / "notes.txt").write_text("my notes")
+
+
+def _folder_input(ws: Path) -> None:
+    (ws / "c").mkdir()
+    (ws / "c" / "corpus.txt").write_text((ws / "corpus.txt").read_text())
+
+
+CASES = [
+    # -- never delete what Alilama did not write -------------------------------------------------
+    Case(
+        "train --overwrite on a user's folder",
+        ["train", *TINY, "--data", "data", "--out", "proj", "--overwrite"],
+        1,
+        "nothing was deleted",
+        ["proj/notes.txt"],
+        setup=_user_folder,
+    ),
+    Case(
+        "train --overwrite on a run holding a user's file",
+        ["train", *TINY, "--data", "data", "--out", "run", "--overwrite"],
+        1,
+        "files Alilama did not write (notes.txt)",
+        ["run/notes.txt", "run/final/model.safetensors"],
+        setup=_write("run/notes.txt", "mine"),
+    ),
+    Case(
+        "train --out equal to --data",
+        ["train", *TINY, "--data", "data", "--out", "data", "--overwrite"],
+        1,
+        "is the input",
+        ["data/meta.json", "data/train.bin"],
+    ),
+    Case(
+        "train --out containing --data",
+        ["train", *TINY, "--data", "data", "--out", ".", "--overwrite"],
+        1,
+        "contains the input",
+        ["data/meta.json", "corpus.txt"],
+    ),
+    Case(
+        "train --out inside --data",
+        ["train", *TINY, "--data", "data", "--out", "data/run", "--overwrite"],
+        1,
+        "lies inside the input",
+        ["data/meta.json"],
+    ),
+    Case(
+        "data prepare --out equal to --input",
+        ["data", "prepare", "--input", "c", "--tokenizer", "tok", "--out", "c", "--overwrite"],
+        1,
+        "is the input",
+        ["c/corpus.txt"],
+        setup=_folder_input,
+    ),
+    Case(
+        "data prepare --out containing --input",
+        ["data", "prepare", "--input", "c/corpus.txt", "--tokenizer", "tok", "--out", "c", "--overwrite"],
+        1,
+        "contains the input",
+        ["c/corpus.txt"],
+        setup=_folder_input,
+    ),
+    Case(
+        "data prepare --out is the tokenizer",
+        ["data", "prepare", "--input", "corpus.txt", "--tokenizer", "tok", "--out", "tok", "--overwrite"],
+        1,
+        "is the input",
+        ["tok/tokenizer.model"],
+    ),
+    Case(
+        "data prepare --overwrite on a user's folder",
+        ["data", "prepare", "--input", "corpus.txt", "--tokenizer", "tok", "--out", "proj", "--overwrite"],
+        1,
+        "nothing was deleted",
+        ["proj/notes.txt"],
+        setup=_user_folder,
+    ),
+    Case(
+        "data prepare --overwrite on a run",
+        ["data", "prepare", "--input", "corpus.txt", "--tokenizer", "tok", "--out", "run", "--overwrite"],
+        1,
+        "holds a run",
+        ["run/final/model.safetensors"],
+    ),
+    Case(
+        "data prepare --overwrite on its own output",
+        [
+            "data",
+            "prepare",
+            "--input",
+            "corpus.txt",
+            "--tokenizer",
+            "tok",
+            "--out",
+            "data",
+            "--overwrite",
+            "--val-fraction",
+            "0.2",
+        ],
+        0,
+        "wrote data",
+        check=_val_fraction_is(0.2),
+    ),
+    # -- outputs that cannot be written --------------------------------------------------------
+    Case(
+        "train --out is a file",
+        ["train", *TINY, "--data", "data", "--out", "corpus.txt"],
+        1,
+        "is a file",
+        ["corpus.txt"],
+    ),
+    Case(
+        "train --out under a file",
+        ["train", *TINY, "--data", "data", "--out", "corpus.txt/run"],
+        1,
+        "is a file, not a folder",
+        ["corpus.txt"],
+    ),
+    Case(
+        "train --out in a place nobody may write",
+        ["train", *TINY, "--data", "data", "--out", "/proc/alilama-run"],
+        1,
+        "cannot",
+    ),
+    Case(
+        "data prepare --out is a file",
+        ["data", "prepare", "--input", "corpus.txt", "--tokenizer", "tok", "--out", "notes.txt"],
+        1,
+        "is a file",
+        ["notes.txt"],
+        setup=_write("notes.txt", "mine"),
+    ),
+    Case(
+        "data prepare --out in a place nobody may write",
+        ["data", "prepare", "--input", "corpus.txt", "--tokenizer", "tok", "--out", "/proc/alilama-data"],
+        1,
+        "cannot",
+    ),
+    Case(
+        "data prepare --out into a missing folder",
+        ["data", "prepare", "--input", "corpus.txt", "--tokenizer", "tok", "--out", "new/deeper/data"],
+        0,
+        "wrote",
+        ["new/deeper/data/meta.json"],
+    ),
+    Case("plot --out is a folder", ["plot", "run", "--out", "data"], 1, "is a folder", ["data/meta.json"]),
+    Case("plot --out under a file", ["plot", "run", "--out", "corpus.txt/loss.png"], 1, "is a file, not a folder"),
+    Case("plot --out in a place nobody may write", ["plot", "run", "--out", "/proc/alilama.png"], 1, "cannot write"),
+    Case(
+        "plot a run with a torn last metrics line",
+        ["plot", "run", "--out", "loss.png"],
+        0,
+        "wrote loss.png",
+        ["loss.png"],
+        setup=_torn_metrics,
+    ),
+    Case(
+        "plot --out into a missing folder",
+        ["plot", "run", "--out", "figs/new/loss.png"],
+        0,
+        "wrote",
+        ["figs/new/loss.png"],
+    ),
+    # -- resume ------------------------------------------------------------------------------------
+    Case(
+        "resume a finished run",
+        ["train", "--resume", "run", "--no-progress"],
+        0,
+        "the run is finished",
+        ["run/final/model.safetensors"],
+        check=_nothing_trained,
+    ),
+    Case(
+        "resume a finished run with a higher max_steps",
+        ["train", "--resume", "run", "--no-progress", "train.max_steps=8"],
+        0,
+        "done: step 8",
+        check=_config_saved,
+    ),
+    Case(
+        "resume after a kill: torn metrics line, stale temp folder, no --data",
+        ["train", "--resume", "run", "--no-progress"],
+        0,
+        "done: step 6",
+        setup=_unfinished,
+        check=_resumed_at_4,
+    ),
+    Case(
+        "resume with an architecture override",
+        ["train", "--resume", "run", "model.n_layers=3"],
+        1,
+        "different architecture (model.n_layers 2 -> 3)",
+        ["run/final/model.safetensors"],
+    ),
+    Case("resume with --config", ["train", "--resume", "run", "--preset", "tiny"], 1, "overrides only"),
+    Case("resume a folder that is not a run", ["train", "--resume", "data"], 1, "not a run folder"),
+    Case(
+        "resume with a corrupt run.json",
+        ["train", "--resume", "run"],
+        1,
+        "run.json' is corrupt",
+        ["run/final/model.safetensors"],
+        setup=_write("run/run.json", '{"data": "da'),
+    ),
+    Case(
+        "resume when state.json lacks keys",
+        ["train", "--resume", "run", "--no-progress"],
+        1,
+        "state.json lacks sampler",
+        ["run/step-00000006/model.safetensors"],
+        setup=_drop_state_keys,
+    ),
+    # -- integrity ---------------------------------------------------------------------------------
+    Case(
+        "generate with bit-flipped weights",
+        ["generate", "run", "--prompt", "Once", "-n", "3"],
+        1,
+        "final/model.safetensors' differs from the weights written there",
+        setup=_flip_a_bit,
+    ),
+    Case(
+        "eval with bit-flipped weights",
+        ["eval", "run", "--data", "corpus.txt"],
+        1,
+        "SHA-256 mismatch",
+        setup=_flip_a_bit,
+    ),
+    Case(
+        "generate --no-verify loads flipped weights",
+        ["generate", "run", "--prompt", "Once", "-n", "3", "--seed", "0", "--no-verify"],
+        0,
+        "Once",
+        setup=_flip_a_bit,
+    ),
+    Case(
+        "generate with a swapped tokenizer",
+        ["generate", "run", "--prompt", "Once", "-n", "3"],
+        1,
+        "differs from the one the run was trained with",
+        setup=_swap_tokenizer(290),
+    ),
+    Case(
+        "eval with a swapped tokenizer, --no-verify",
+        ["eval", "run", "--data", "corpus.txt", "--no-verify"],
+        1,
+        "not the run's tokenizer",
+        setup=_swap_tokenizer(400),
+    ),
+    Case(
+        "weights of another architecture, --no-verify",
+        ["generate", "run", "--prompt", "Once", "--no-verify"],
+        1,
+        "holds a different architecture",
+        setup=_other_weights,
+    ),
+    Case(
+        "a corrupt run.json on load",
+        ["generate", "run", "--prompt", "Once"],
+        1,
+        "run.json' is corrupt",
+        setup=_write("run/run.json", "\x00\x01"),
+    ),
+    # -- configs and overrides -------------------------------------------------------------------
+    Case("1e-3 is a number", ["model", "info", "--preset", "tiny", "train.lr=1e-3", "--json"], 0, '"parameters"'),
+    Case(
+        "--model.n_layers=3 form",
+        ["model", "info", "--preset", "tiny", "--model.n_layers=3", "--json"],
+        0,
+        '"parameters"',
+        check=_three_layers,
+    ),
+    Case(
+        "a misspelt option",
+        ["train", "--preset", "tiny", "--data", "data", "--out", "r", "--ovewrite"],
+        1,
+        "no such option: --ovewrite",
+        check=_absent("r"),
+    ),
+    Case(
+        "duplicate YAML keys",
+        ["model", "info", "--config", "dup.yaml"],
+        1,
+        "duplicate key 'n_layers'",
+        setup=_write("dup.yaml", "model:\n  n_layers: 2\n  n_layers: 4\n"),
+    ),
+    Case(
+        "a binary config file",
+        ["train", "--config", "bin.yaml", "--data", "data", "--out", "r"],
+        1,
+        "is not a text file",
+        setup=_write("bin.yaml", bytes(range(256))),
+    ),
+    Case(
+        "an absurd model.d_model",
+        ["train", "--preset", "tiny", "model.d_model=4000000", "model.n_heads=1", "--data", "data", "--out", "big"],
+        1,
+        "Choose a smaller model",
+        check=_absent("big"),
+    ),
+    Case(
+        "an absurd model.d_model for model info",
+        ["model", "info", "--preset", "tiny", "model.d_model=4000000", "model.n_heads=1"],
+        1,
+        "Choose a smaller model",
+    ),
+    Case(
+        "learned positions shorter than the samples",
+        [
+            "train",
+            *TINY,
+            "model.positional=learned",
+            "model.context_length=16",
+            "train.sample_tokens=40",
+            "--data",
+            "data",
+            "--out",
+            "learned",
+        ],
+        1,
+        "runs past the 16 positions",
+        check=_absent("learned"),
+    ),
+    # -- data --------------------------------------------------------------------------------------
+    Case(
+        "data prepare --errors bogus",
+        ["data", "prepare", "--input", "corpus.txt", "--tokenizer", "tok", "--out", "d2", "--errors", "bogus"],
+        1,
+        "--errors must be one of",
+    ),
+    Case(
+        "data prepare of one book",
+        ["data", "prepare", "--input", "book.txt", "--tokenizer", "tok", "--out", "bookdata"],
+        0,
+        "split by position",
+        setup=lambda ws: (ws / "book.txt").write_text((ws / "corpus.txt").read_text().replace("<|endoftext|>\n", "")),
+        check=_split_by_position,
+    ),
+    Case(
+        "data prepare of a missing input",
+        ["data", "prepare", "--input", "nope.txt", "--tokenizer", "tok", "--out", "d3"],
+        1,
+        "does not exist",
+        check=_absent("d3"),
+    ),
+    # -- eval and generate ----------------------------------------------------------------------
+    Case(
+        "eval --context-lengths 0",
+        ["eval", "run", "--data", "corpus.txt", "--context-lengths", "0"],
+        1,
+        "positive integers",
+    ),
+    Case(
+        "eval --context-lengths abc",
+        ["eval", "run", "--data", "corpus.txt", "--context-lengths", "a,b"],
+        1,
+        "comma-separated integers",
+    ),
+    Case("eval of a missing file", ["eval", "run", "--data", "nope.txt"], 1, "does not exist"),
+    Case("generate --stop ''", ["generate", "run", "--prompt", "Once", "--stop", ""], 1, "must not be empty"),
+    Case(
+        "generate past a learned position table",
+        ["generate", "lrun", "--prompt", "Once upon a", "-n", "100", "--temperature", "0"],
+        0,
+        "generation stops there",
+        setup=_learned_run,
+    ),
+    Case(
+        "generate with a prompt longer than a learned table",
+        ["generate", "lrun", "--prompt", "Once upon a time " * 9],
+        1,
+        "covers 16 positions; shorten the prompt",
+        setup=_learned_run,
+    ),
+    Case("generate with a missing checkpoint", ["generate", "run", "--checkpoint", "step-9"], 1, "has no checkpoint"),
+    # -- tokenizer command line ------------------------------------------------------------------
+    Case(
+        "tokenizer decode of a bad .npy",
+        ["tokenizer", "decode", "--tokenizer", "tok", "--input", "ids.npy"],
+        1,
+        "ids.npy",
+        setup=_npy,
+    ),
+    Case(
+        "tokenizer encode --out into a missing folder",
+        ["tokenizer", "encode", "--tokenizer", "tok", "hello", "--out", "new/dir/ids.npy"],
+        1,
+        "does not exist",
+    ),
+    Case(
+        "tokenizer train --no-special with --special",
+        [
+            "tokenizer",
+            "train",
+            "--input",
+            "corpus.txt",
+            "--vocab-size",
+            "300",
+            "--no-special",
+            "--special",
+            "<|x|>",
+            "--out",
+            "t2",
+        ],
+        1,
+        "--no-special",
+    ),
+    Case(
+        "tokenizer train with a huge --vocab-size",
+        ["tokenizer", "train", "--input", "corpus.txt", "--vocab-size", "10000000000", "--out", "t3"],
+        1,
+        "vocab",
+    ),
+    Case(
+        "tokenizer train --out is a file",
+        ["tokenizer", "train", "--input", "corpus.txt", *TOKENIZER_ARGS, "--out", "corpus.txt"],
+        1,
+        "corpus.txt",
+        ["corpus.txt"],
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_case(case: Case, ws: Path):
+    if any(a.startswith("/proc/") for a in case.args) and not Path("/proc/self").exists():
+        pytest.skip("needs Linux's /proc as a place nobody may write")
+    if case.setup:
+        case.setup(ws)
+    before = {p: (ws / p).read_bytes() if (ws / p).is_file() else None for p in case.keep}
+    result = cli(*case.args, cwd=ws)
+    out = result.output
+    assert "Traceback" not in out, out
+    flat = " ".join(out.split())  # the console wraps long lines
+    unexpected = result.exception if not isinstance(result.exception, SystemExit) else None
+    assert unexpected is None, f"{type(unexpected).__name__}: {unexpected}\n{out}"
+    assert result.exit_code == case.code, out
+    assert " ".join(case.phrase.split()) in flat, out
+    if case.code:
+        assert [line for line in out.splitlines() if line.startswith("error:")], out  # one clear error line
+    for path in case.keep:
+        assert (ws / path).exists(), f"{path} was deleted"
+        if before[path] is not None:
+            assert (ws / path).read_bytes() == before[path], f"{path} was changed"
+    if case.check:
+        case.check(ws, flat if case.code or "--json" not in case.args else out)
+    leftovers = [p for p in ws.rglob("*.tmp") if ".lock" not in p.name]
+    assert not leftovers, leftovers
+
+
+# -- real processes: two writers, and a kill in the middle of a checkpoint --------------------------
+
+
+def _alilama(*args: str, cwd: Path, **kw) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", "from alilama_core.app.cli import main; main()", *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
+
+
+def test_a_second_writer_on_a_run_fails_at_once_naming_the_first(ws):
+    first = _alilama(
+        "train",
+        "--resume",
+        "run",
+        "--no-progress",
+        "train.max_steps=100000",
+        "train.checkpoint_every=100000",
+        "train.eval_every=100000",
+        cwd=ws,
+    )
+    try:
+        deadline = time.time() + 120
+        metrics = ws / "run" / "metrics.jsonl"
+        while time.time() < deadline and metrics.read_text().count("\n") < 8 and first.poll() is None:
+            time.sleep(0.2)
+        assert first.poll() is None, first.communicate()
+        started = time.perf_counter()
+        second = cli("train", "--resume", "run", "--no-progress", "train.max_steps=20", cwd=ws)
+        assert time.perf_counter() - started < 30
+        assert second.exit_code == 1 and "Traceback" not in second.output
+        assert f"being written by another process (PID {first.pid})" in second.output
+        overwrite = cli("train", *TINY, "--data", "data", "--out", "run", "--overwrite", cwd=ws)
+        assert overwrite.exit_code == 1 and f"PID {first.pid}" in overwrite.output
+    finally:
+        first.send_signal(signal.SIGINT)
+        out, err = first.communicate(timeout=120)
+    assert first.returncode == 130, err
+    # The run is the first writer's alone: its config, and metrics with one line per step.
+    from alilama_core import config as cfgmod
+
+    assert cfgmod.load(ws / "run" / "config.yaml").train.max_steps == 100000
+    steps = [json.loads(x)["step"] for x in (ws / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, len(steps) + 1))
+
+
+KILL_IN_CHECKPOINT = """
+import os, signal, sys
+import torch
+import alilama_trainers.trainer as trainer
+real = torch.save
+def save(obj, path, *a, **k):
+    if str(path).endswith("rng.pt") and ".step-00000004." in str(path):
+        with open(path, "wb") as f:
+            f.write(b"half a file")
+        os.kill(os.getpid(), signal.SIGKILL)  # killed while writing the checkpoint of step 4
+    return real(obj, path, *a, **k)
+trainer.torch.save = save
+from alilama_core.app.cli import main
+main()
+"""
+
+
+def test_a_kill_during_a_checkpoint_leaves_a_run_that_resumes_bit_identically(ws):
+    common = [*TINY, "train.max_steps=6", "train.eval_every=100", "--data", "data"]
+    straight = cli("train", *common, "--out", "straight", cwd=ws)
+    assert straight.exit_code == 0, straight.output
+    killed = subprocess.run(
+        [sys.executable, "-c", KILL_IN_CHECKPOINT, "train", *common, "--out", "split"],
+        cwd=ws,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    run = ws / "split"
+    assert [p.name for p in checkpoints(run)] == ["step-00000002"]  # step 4 never appeared half-written
+    assert [p for p in run.iterdir() if p.name.startswith(".step-00000004.")]  # its temporary folder did
+    resumed = cli("train", "--resume", "split", "--no-progress", cwd=ws)  # no --data: run.json has it
+    assert resumed.exit_code == 0, resumed.output
+    assert "resuming from step-00000002" in resumed.output and "removed 1 unfinished" in resumed.output
+    assert not [p for p in run.iterdir() if p.name.endswith(".tmp")]
+
+    def losses(path):
+        return {r["step"]: r["train_loss"] for r in map(json.loads, (path / "metrics.jsonl").read_text().splitlines())}
+
+    assert losses(run) == losses(ws / "straight")  # bit for bit
+    a = (ws / "straight" / "final" / "model.safetensors").read_bytes()
+    assert (run / "final" / "model.safetensors").read_bytes() == a
+    record = json.loads((run / "run.json").read_text())
+    assert [h["action"] for h in record["history"]] == ["start", "resume"]
+    assert np.all([len(v) == 64 for v in record["checkpoints"].values()])
+
+
+def test_every_case_is_listed_in_the_docs():
+    page = (ROOT / "docs" / "what-happens-when.md").read_text(encoding="utf-8")
+    missing = [c.name for c in CASES if c.name not in page]
+    assert not missing, missing
