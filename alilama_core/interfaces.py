@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from alilama_core.config import ModelConfig
 
 __all__ = [
+    "human_bytes",
     "Tokenizer", "PositionalScheme", "AttentionFn", "AttentionBackend", "AttentionBias", "AttentionCase",
     "Trainer", "Task",
 ]
@@ -400,10 +401,10 @@ class AttentionBackend:
     shared_bias: bool = False
     resolve: Callable[[AttentionCase], AttentionBackend] | None = field(default=None, compare=False)
     memory: Callable[[int, int], str] | None = field(default=None, compare=False)
+    """Optional: one line on what the bias costs in memory for ``(heads, T)`` (``alilama model info``)."""
     defaults: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     """The backend's own settings and their default values; ``model.attention_options``
     sets them and ``configured`` hands them to ``fn`` as keyword arguments."""
-    """Optional: one line on what the bias costs in memory for ``(heads, T)`` (``alilama model info``)."""
 
     def configured(self, options: dict[str, Any] | None) -> AttentionBackend:
         """This backend with ``options`` bound to ``fn`` (itself when there are none); unknown keys raise."""
@@ -451,6 +452,15 @@ class AttentionBackend:
         if case.padded and not self.padding:
             return "it takes no padding mask"
         return self.accepts(case) if self.accepts is not None else None
+
+
+def human_bytes(n: float) -> str:
+    """A byte count for people, for ``AttentionBackend.memory`` lines: ``human_bytes(65536) == '64.0 KiB'``."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
 
 
 def attention_backend(obj: Any) -> AttentionBackend:

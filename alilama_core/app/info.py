@@ -51,6 +51,7 @@ def route_table(config: ModelConfig, device_type: str) -> str:
 
 def bias_memory(config: ModelConfig) -> str:
     """Memory the attention bias takes at the trained context, for the backend that runs on CPU."""
+    from alilama_core.interfaces import human_bytes
     from alilama_core.registry import get_registry
 
     scheme = get_registry().get("positional", config.positional)
@@ -64,17 +65,9 @@ def bias_memory(config: ModelConfig) -> str:
         return f"{h * 4} bytes of slopes ({backend.name} applies the bias in the kernel)"
     dense = h * t * t * 4
     return (
-        f"{_human(dense)} dense (1, {h}, {t}, {t}) float32 bias at T={t} ({backend.name}), "
+        f"{human_bytes(dense)} dense (1, {h}, {t}, {t}) float32 bias at T={t} ({backend.name}), "
         f"computed once per forward pass and shared by all layers; it grows as T^2"
     )
-
-
-def _human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 def model_report(config: ModelConfig) -> dict[str, Any]:

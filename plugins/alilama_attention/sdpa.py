@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor
 
-from alilama_core.interfaces import AttentionBackend, AttentionBias, PositionalScheme
+from alilama_core.interfaces import AttentionBackend, AttentionBias, PositionalScheme, human_bytes
 from alilama_attention.masks import attention_bias
 
 
@@ -41,17 +41,9 @@ def sdpa_attention(
 def _memory(heads: int, t: int) -> str:
     dense = heads * t * t * 4
     return (
-        f"{_human(dense)} dense (1, {heads}, {t}, {t}) float32 mask at T={t}, built once per "
-        f"forward pass and shared by all layers; it grows as T^2 ({_human(dense * 64)} at T={8 * t})"
+        f"{human_bytes(dense)} dense (1, {heads}, {t}, {t}) float32 mask at T={t}, built once per "
+        f"forward pass and shared by all layers; it grows as T^2 ({human_bytes(dense * 64)} at T={8 * t})"
     )
-
-
-def _human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 backend = AttentionBackend(
