@@ -14,7 +14,8 @@ EXAMPLE_PLUGIN := docs/plugins/alilama-sinusoidal
 TEST_PLUGINS   := $(wildcard tests/plugins/alilama-*)
 # Files kept in ruff's format (the rest of the tree is linted, and formatted as it is next edited).
 FORMATTED := alilama_core/testing.py alilama_core/options.py alilama_core/app/tokenizer.py \
-	tests/core/test_layering.py tests/core/test_conformance.py tests/plugins benchmarks/test_plugins.py
+	tests/core/test_layering.py tests/core/test_conformance.py tests/plugins benchmarks/test_plugins.py \
+	plugins/alilama_attention/bias_grad.py tests/core/test_bias_grad.py
 PYTEST_ARGS ?=
 QUICKSTART_ARGS ?=
 

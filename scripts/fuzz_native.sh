@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Build the native tokenizer with AddressSanitizer + UndefinedBehaviorSanitizer and run a
-# bounded randomised fuzz over arbitrary input (see native/fuzz_main.cpp).
+# Build the native code with AddressSanitizer + UndefinedBehaviorSanitizer and run bounded
+# randomised checks: the tokenizer over arbitrary input (native/fuzz_main.cpp), then the
+# attention-mask gradient over random shapes against a double-precision reference
+# (native/bias_grad_check.cpp, 10 s).
 #
-#   bash scripts/fuzz_native.sh [SECONDS]      # default 35 s of fuzzing (plus ~10-15 s to build)
+#   bash scripts/fuzz_native.sh [SECONDS]      # default 35 s of tokenizer fuzzing (plus ~10-15 s to build)
 #
 # Needs only g++ (or $CXX) and Python 3 (for the Unicode tables). FUZZ_SEED fixes the seed.
 set -euo pipefail
@@ -27,3 +29,9 @@ echo "building $build/fuzz_native with $cxx -fsanitize=address,undefined"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:halt_on_error=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 "$build/fuzz_native" --seconds "$seconds" --seed "$seed"
+
+echo "building $build/bias_grad_check with $cxx -fsanitize=address,undefined"
+"$cxx" -std=c++17 -O1 -g -fno-omit-frame-pointer \
+  -fsanitize=address,undefined -fno-sanitize-recover=all \
+  -Inative native/bias_grad_check.cpp -o "$build/bias_grad_check" -pthread
+"$build/bias_grad_check" --seconds "${BIAS_GRAD_SECONDS:-10}" --seed "$seed"

@@ -129,6 +129,7 @@ def run_quickstart(out, data=None, steps=None, minutes=3.5, stories=20000, overw
     from alilama_core.checkpoint import load_run
     from alilama_core.generate import SamplingSettings, stream_text
     from alilama_core.registry import get_tokenizer, get_trainer
+    from alilama_core.tokenizer import save_tokenizer
 
     started = time.perf_counter()
     out = Path(out)
@@ -151,7 +152,7 @@ def run_quickstart(out, data=None, steps=None, minutes=3.5, stories=20000, overw
     tokenizer = get_tokenizer("bpe").train(
         iter_documents([str(corpus)]), VOCAB, special_tokens=["<|endoftext|>"]
     )
-    tokenizer.save(out / "tokenizer")
+    save_tokenizer(tokenizer, out / "tokenizer")  # records its kind beside it
     echo(f"[2/5] trained a {tokenizer.vocab_size}-id BPE tokenizer in {time.perf_counter() - t:.1f} s -> {out / 'tokenizer'}")
 
     meta = prepare([str(corpus)], out / "tokenizer", out / "data", val_fraction=0.05, overwrite=True)

@@ -26,6 +26,7 @@ import threading
 import warnings
 from typing import Annotated, Optional
 
+from alilama_core.errors import AlilamaWarning
 from alilama_core.hookspecs import hookimpl
 
 __all__ = [
@@ -121,7 +122,7 @@ def _try_register(done: str = "") -> None:
     try:
         register_auto_classes()
     except Exception as exc:  # never break the user's import of transformers
-        warnings.warn(f"alilama_hf could not register its Auto classes: {exc}", stacklevel=3)
+        warnings.warn(f"alilama_hf could not register its Auto classes: {exc}", AlilamaWarning, stacklevel=3)
     finally:
         if _hook in sys.meta_path:
             sys.meta_path.remove(_hook)

@@ -7,6 +7,11 @@ bias, the causal mask and the padding mask are folded into one 4-D additive mask
 falls back to the slow math kernel while a 4-D one runs the fused kernel). The
 kernel needs the mask in the activation dtype: in fp16/bf16 the bias is rounded
 to that dtype (an ALiBi bias ``m * d`` to about ``m * d / 256`` in bf16).
+
+PyTorch's fused kernels give a mask no gradient, so a learnable bias (a scheme
+with parameters that require grad) would run the unfused math kernel; on the
+CPU in float32 ``bias_grad.LearnableMaskAttention`` keeps the fused kernel and
+computes the bias gradient natively.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from alilama_core.interfaces import AttentionBackend, AttentionBias, PositionalScheme, human_bytes
+from alilama_attention import bias_grad
 from alilama_attention.masks import attention_bias
 
 
@@ -35,6 +41,8 @@ def sdpa_attention(
         if t == s:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
     mask = attention_bias(bias, positional, q, k, key_padding_mask, causal).mask(q.dtype)
+    if mask.requires_grad and bias_grad.supported(q, k, v, mask):  # a learnable bias, on the CPU
+        return bias_grad.LearnableMaskAttention.apply(q, k, v, mask, causal)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 

@@ -22,10 +22,13 @@ if native is not None:
     if getattr(native, "unicode_source", None) != f"regex {regex.__version__}":
         import warnings
 
+        from alilama_core.errors import AlilamaWarning
+
         warnings.warn(
             f"the native tokenizer's Unicode tables come from {getattr(native, 'unicode_source', 'an older build')}, "
             f"but regex {regex.__version__} is installed: the two backends may split rare characters differently; "
             f"install the pinned regex release or rebuild (pip install -e .)",
+            AlilamaWarning,
             stacklevel=2,
         )
 

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from alilama_core.errors import TokenizerError
+from alilama_core.errors import AlilamaWarning, TokenizerError
 from alilama_core.tokenizer import AllowedSpecial, ProgressCallback, Tokenizer
 
 from alilama_bpe import _backend, reference
@@ -308,6 +308,7 @@ class BPETokenizer(Tokenizer):
             warnings.warn(
                 f"the text allows only {len(merges)} merges, not {num_merges}: "
                 f"the vocabulary has {tok.vocab_size} ids instead of {vocab_size}",
+                AlilamaWarning,
                 stacklevel=3,
             )
         return tok

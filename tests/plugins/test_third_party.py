@@ -174,14 +174,14 @@ def test_pipeline_through_the_cli(corpus, prepared):
         "model.context_length=32",
         "train.trainer=labelled",
         "train.trainer_options.label=third-party",
-        "train.max_steps=24",
-        "train.checkpoint_every=4",
+        "train.max_steps=60",
+        "train.checkpoint_every=2",
         "train.eval_every=20",
         "train.batch_size=4",
         "train.sample_every=1000",
         "train.device=cpu",
     ]
-    # Start a run and kill it (SIGKILL) once it has written a checkpoint, then resume it.
+    # Start a run and kill it (SIGKILL) once it has written a checkpoint (many steps before its end), then resume it.
     proc = subprocess.Popen(
         [sys.executable, "-c", "from alilama_core.app.cli import main; main()", *args, "--out", str(run)],
         stdout=subprocess.PIPE,
@@ -189,7 +189,7 @@ def test_pipeline_through_the_cli(corpus, prepared):
     )
     deadline = time.monotonic() + 120
     while not list(run.glob("step-*/model.safetensors")) and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.2)
+        time.sleep(0.01)
     killed = proc.poll() is None
     if killed:
         proc.send_signal(signal.SIGKILL)
@@ -198,7 +198,7 @@ def test_pipeline_through_the_cli(corpus, prepared):
     if killed:
         assert not (run / "final").exists()
     ok(cli("train", "--resume", str(run), "--no-progress"))
-    assert (run / "label.txt").read_text().startswith("third-party step 24")
+    assert (run / "label.txt").read_text().startswith("third-party step 60")
     saved = (run / "config.yaml").read_text()
     assert "kerple-log" in saved and "chunk: 8" in saved and "label: third-party" in saved
 

@@ -196,6 +196,7 @@ def test_quickstart_end_to_end(tmp_path):
     assert "val bits per byte" in result.stdout and "loss curve" in result.stdout
     assert (tmp_path / "qs" / "run" / "loss.png").is_file()
     assert (tmp_path / "qs" / "run" / "final" / "model.safetensors").is_file()
+    assert json.loads((tmp_path / "qs" / "tokenizer" / "alilama_tokenizer.json").read_text()) == {"kind": "bpe"}
 
 
 def test_gradient_accumulation_matches_the_full_batch(data_dir, tmp_path):

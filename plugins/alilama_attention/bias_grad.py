@@ -1,0 +1,92 @@
+"""Fused CPU attention for an additive mask that needs a gradient (a learnable positional bias).
+
+``F.scaled_dot_product_attention`` runs PyTorch's fused CPU kernel only when the
+mask needs no gradient; a learnable bias (a scheme whose parameters require
+grad) sends it down the unfused math path, which builds and keeps every
+``(B, H, T, S)`` probability. ``LearnableMaskAttention`` keeps the fused kernel
+for the forward pass and for ``dq, dk, dv``, and gets the mask's gradient from
+one native pass (``native/bias_grad.cpp``) that recomputes the probabilities
+from the forward's log-sum-exp and sums them over the batch in registers:
+
+    dS = P * (dout @ v^T - rowsum(dout * out)),   P = exp(scale * q @ k^T + mask - lse)
+
+``supported()`` says when it applies: float32 tensors on the CPU, one head size
+for q, k and v, a 4-D mask with a head axis, and the native module built.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+try:
+    from alilama_attention import _kernels
+except ImportError:  # a source tree without the native build: the math path runs instead
+    _kernels = None
+
+_flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+_flash_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+
+
+def supported(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> bool:
+    """Whether ``LearnableMaskAttention`` computes this call (else use the math path)."""
+    return (
+        _kernels is not None
+        and mask.requires_grad
+        and torch.is_grad_enabled()
+        and q.device.type == "cpu"
+        and all(t.dtype == torch.float32 for t in (q, k, v, mask))
+        and q.dim() == 4
+        and q.size(-1) == k.size(-1) == v.size(-1)  # the fused kernel's requirement
+        and q.size(-2) > 0
+        and k.size(-2) > 0
+        and mask.dim() == 4
+        and mask.size(0) in (1, q.size(0))
+        and mask.size(1) == q.size(1)
+        and mask.shape[-2:] == (q.size(-2), k.size(-2))
+    )
+
+
+def mask_grad(q, k, v, out, lse, dout, mask, causal: bool, scale: float) -> Tensor:
+    """The gradient of ``mask`` (``(B or 1, H, T, S)``, summed over the batch when shared by it).
+
+    ``out`` and ``lse`` are the fused forward's output and log-sum-exp.
+    """
+    b, h, t, d = q.shape
+    s = k.size(-2)
+    rows = [x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v, out, dout)]
+    lse, mask = lse.contiguous(), mask.contiguous()
+    grad = torch.empty(mask.shape, dtype=torch.float32)
+    rows_and_strides = [a for x in rows for a in (x.data_ptr(), list(x.stride()[:3]))]
+    sizes = (b, h, t, s, d, mask.size(0) > 1, causal, scale)
+    _kernels.mask_grad(
+        *rows_and_strides, lse.data_ptr(), mask.data_ptr(), grad.data_ptr(), *sizes, torch.get_num_threads()
+    )
+    return grad
+
+
+class LearnableMaskAttention(torch.autograd.Function):
+    """``softmax(scale * q @ k^T + mask) @ v`` with gradients for q, k, v and the mask.
+
+    ``causal`` only says that the mask is ``-inf`` above the (bottom-right aligned)
+    diagonal, so the kernel may skip those entries; the mask itself must say so.
+    """
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, causal: bool) -> Tensor:
+        scale = q.size(-1) ** -0.5
+        out, lse = _flash(q, k, v, 0.0, False, attn_mask=mask, scale=scale)
+        ctx.save_for_backward(q, k, v, mask, out, lse)
+        ctx.causal, ctx.scale = causal, scale
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, dout: Tensor):
+        q, k, v, mask, out, lse = ctx.saved_tensors
+        dq = dk = dv = dmask = None
+        if any(ctx.needs_input_grad[:3]):
+            dq, dk, dv = _flash_backward(dout, q, k, v, out, lse, 0.0, False, attn_mask=mask, scale=ctx.scale)
+        if ctx.needs_input_grad[3]:
+            dmask = mask_grad(q, k, v, out, lse, dout, mask, ctx.causal, ctx.scale)
+        return dq, dk, dv, dmask, None
