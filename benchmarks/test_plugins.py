@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from alilama_bench import FULL
+from alilama_bench import FULL, peak_memory_mib
 from alilama_core import config as cfgmod
 from alilama_core.model import build_model
 from alilama_core.registry import get_registry
@@ -79,3 +79,42 @@ def test_kerple_over_alibi_alternating(benchmark, attention):
         alibi_s=statistics.median(times["alibi"]), kerple_s=statistics.median(times["kerple-log"]), ratio=ratio
     )
     print(f"\n{attention}: kerple-log / alibi step time = {ratio:.2f}")
+
+
+@pytest.mark.parametrize("path", ["alilama-fused", "torch-sdpa", "eager"])
+@pytest.mark.parametrize("t", [128, 512])
+def test_learnable_bias_attention(benchmark, path, t):
+    """One attention call with a trainable (H, T, T) bias, forward and backward, 4,096 tokens (B x T).
+
+    ``alilama-fused``: what ``sdpa`` runs for a learnable bias on the CPU (PyTorch's
+    fused kernel, the bias gradient from ``alilama_attention.bias_grad``);
+    ``torch-sdpa``: ``F.scaled_dot_product_attention`` with the same mask, which
+    PyTorch runs on its math kernel because the mask requires grad; ``eager``:
+    the textbook formula.
+    """
+    from alilama_attention import bias_grad
+
+    if bias_grad._kernels is None:
+        pytest.skip("the native kernels are not built (make install)")
+    t = t if FULL else t // 8
+    b = 4096 // t if FULL else 2
+    benchmark.group = f"attention with a trainable bias, forward + backward, B={b} H=8 T={t} D=16"
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(b, 8, t, 16, generator=g, requires_grad=True) for _ in range(3))
+    bias = torch.randn(8, t, t, generator=g).requires_grad_()
+    hidden = ~torch.ones(t, t, dtype=torch.bool).tril()
+    dout = torch.randn(b, 8, t, 16, generator=g)
+
+    def call():
+        mask = bias.masked_fill(hidden, float("-inf"))[None]  # (1, H, T, T)
+        if path == "alilama-fused":
+            out = bias_grad.LearnableMaskAttention.apply(q, k, v, mask, True)
+        elif path == "torch-sdpa":
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        else:
+            out = torch.softmax(q @ k.transpose(-1, -2) * 0.25 + mask, dim=-1) @ v
+        torch.autograd.grad(out, (q, k, v, bias), dout)
+
+    call()
+    benchmark.extra_info["peak_memory_mib"] = round(peak_memory_mib(call), 1)
+    benchmark.pedantic(call, rounds=20 if FULL else 1, iterations=1)

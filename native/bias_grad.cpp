@@ -27,7 +27,8 @@ PYBIND11_MODULE(_kernels, m) {
       [](uintptr_t q, std::vector<int64_t> q_strides, uintptr_t k, std::vector<int64_t> k_strides, uintptr_t v,
          std::vector<int64_t> v_strides, uintptr_t out, std::vector<int64_t> out_strides, uintptr_t dout,
          std::vector<int64_t> dout_strides, uintptr_t lse, uintptr_t mask, uintptr_t grad, int64_t B, int64_t H,
-         int64_t T, int64_t S, int64_t D, bool batched, bool causal, double scale, int n_threads) {
+         int64_t T, int64_t S, int64_t D, bool batched, bool causal, double scale, int n_threads,
+         uintptr_t gomp_parallel) {
         if (B < 0 || H <= 0 || T < 0 || S < 0 || D <= 0) throw std::invalid_argument("bad sizes");
         Problem pb{rows_of(q, q_strides),
                    rows_of(k, k_strides),
@@ -39,7 +40,8 @@ PYBIND11_MODULE(_kernels, m) {
                    reinterpret_cast<float*>(grad),
                    B, H, T, S, D, batched, causal, float(scale)};
         py::gil_scoped_release release;  // the kernel touches no Python object
-        run(pb, n_threads);
+        run(pb, n_threads, reinterpret_cast<GompParallel>(gomp_parallel));
       },
-      "Write the additive mask's gradient into grad (see native/bias_grad.hpp; float32, rows contiguous).");
+      "Write the additive mask's gradient into grad (see native/bias_grad.hpp; float32, rows contiguous).\n"
+      "gomp_parallel: the address of GOMP_parallel in PyTorch's OpenMP runtime, or 0 for threads of its own.");
 }

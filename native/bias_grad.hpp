@@ -13,9 +13,10 @@
 //
 // summed over the batch when the mask is shared by it. One pass, in registers and L1:
 // nothing of size (B, H, T, S) is written except the (1 or B, H, T, S) result. Entries above
-// the causal diagonal (j > i + S - T) are not computed and come out zero. Threads take blocks
-// of rows of one head, so no two threads write the same output. Every row must see at least
-// one key (AttentionBias keeps a padded query's own key), as for the forward pass.
+// the causal diagonal (j > i + S - T) are not computed and come out zero. Threads (PyTorch's own
+// OpenMP workers where available, see run) take blocks of rows of one head, so no two threads
+// write the same output. Every row must see at least one key (AttentionBias keeps a padded
+// query's own key), as for the forward pass.
 #pragma once
 
 #include <algorithm>
@@ -146,7 +147,14 @@ static void rows(const Problem& pb, int64_t h, int64_t i0, int64_t i1, float* kt
   }
 }
 
-inline void run(const Problem& pb, int n_threads) {
+// GNU OpenMP's entry point for a parallel region: fn(data) on num_threads threads, the caller included.
+using GompParallel = void (*)(void (*fn)(void*), void* data, unsigned num_threads, unsigned flags);
+
+// With `parallel` (the GOMP_parallel of the OpenMP runtime PyTorch itself runs on), the work
+// runs on PyTorch's own worker threads; otherwise on threads started here. The former matters:
+// PyTorch's workers spin for a few milliseconds after each of its parallel regions, and threads
+// of our own would share the cores with them.
+inline void run(const Problem& pb, int n_threads, GompParallel parallel = nullptr) {
   // Work items are blocks of rows of one head. Each item transposes its keys once per batch
   // element, so items are as large as load balance allows: whole heads when there are enough
   // of them for every thread, else blocks of at least ROWS rows.
@@ -165,6 +173,10 @@ inline void run(const Problem& pb, int n_threads) {
     }
   };
   n_threads = int(std::min<int64_t>(n_threads, items));
+  if (parallel != nullptr && n_threads > 1) {
+    parallel([](void* w) { (*static_cast<decltype(worker)*>(w))(); }, &worker, unsigned(n_threads), 0);
+    return;
+  }
   std::vector<std::thread> pool;
   for (int t = 1; t < n_threads; ++t) pool.emplace_back(worker);
   worker();
