@@ -27,6 +27,7 @@ from alilama_core.errors import (
 from alilama_core.hookspecs import hookimpl
 from alilama_core.tokenizer import Tokenizer
 
+
 def _version() -> str:
     """The installed distribution's version (defined once, in pyproject.toml)."""
     from importlib import metadata

@@ -235,4 +235,3 @@ def resume_config(run: str | os.PathLike[str], overrides: list[str] | None = Non
         raise CheckpointError(f"cannot resume: {str(path)!r} is not a run folder (no config.yaml)")
     config = cfgmod.apply_overrides(cfgmod.load(path / "config.yaml"), overrides).validate()
     return config, read_run_json(path).get("data")
-

@@ -73,9 +73,7 @@ class ModelConfig:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"model.{name} must be a positive integer, got {value!r}")
         if self.d_model % self.n_heads:
-            raise ConfigError(
-                f"model.d_model ({self.d_model}) must be divisible by model.n_heads ({self.n_heads})"
-            )
+            raise ConfigError(f"model.d_model ({self.d_model}) must be divisible by model.n_heads ({self.n_heads})")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout!r}")
         check_memory(self, 4, "its float32 weights")
@@ -228,8 +226,16 @@ PRESETS: dict[str, dict[str, Any]] = {
     # Small enough for unit tests and CI.
     "tiny": {
         "model": dict(vocab_size=512, d_model=32, n_layers=2, n_heads=4, d_mlp=64, context_length=64),
-        "train": dict(batch_size=8, max_steps=20, warmup_steps=2, eval_every=10, eval_tokens=2048,
-                      checkpoint_every=10, log_every=5, sample_tokens=16),
+        "train": dict(
+            batch_size=8,
+            max_steps=20,
+            warmup_steps=2,
+            eval_every=10,
+            eval_tokens=2048,
+            checkpoint_every=10,
+            log_every=5,
+            sample_tokens=16,
+        ),
     },
 }
 
@@ -347,8 +353,7 @@ def from_dict(cls: type[T], data: dict[str, Any], where: str = "") -> T:
     unknown = set(data) - set(known)
     if unknown:
         raise ConfigError(
-            f"unknown field(s) {', '.join(sorted(unknown))} in {where or cls.__name__}; "
-            f"valid: {', '.join(known)}"
+            f"unknown field(s) {', '.join(sorted(unknown))} in {where or cls.__name__}; valid: {', '.join(known)}"
         )
     kwargs = {}
     for name, value in data.items():
@@ -456,8 +461,6 @@ def apply_overrides(cfg: T, overrides: list[str] | None) -> T:
                 )
             node = node[part]
         if parts[-1] not in node and not (len(parts) > 1 and parts[-2].endswith("options")):
-            raise ConfigError(
-                f"override {item!r}: no field {parts[-1]!r}; valid: {', '.join(node)}"
-            )
+            raise ConfigError(f"override {item!r}: no field {parts[-1]!r}; valid: {', '.join(node)}")
         node[parts[-1]] = value
     return from_dict(type(cfg), data)

@@ -24,9 +24,7 @@ def download(name: str, split: str = "all", revision: str | None = None) -> list
     paths = []
     for filename in wanted:
         try:
-            paths.append(
-                hf_hub_download(TINYSTORIES["repo_id"], filename, repo_type="dataset", revision=revision)
-            )
+            paths.append(hf_hub_download(TINYSTORIES["repo_id"], filename, repo_type="dataset", revision=revision))
         except LocalEntryNotFoundError as exc:
             raise AlilamaError(
                 f"{filename} is not in the local Hugging Face cache and the Hub cannot be reached "

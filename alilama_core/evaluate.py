@@ -118,8 +118,11 @@ def evaluate_run(
         for length in lengths:
             name = model.config.attention
             if limit is not None and length > limit:
-                rows.append(EvalRow(str(file), length, None, None, 0, 0, name,
-                                    f"{cfg.model.positional} covers {limit} positions"))
+                rows.append(
+                    EvalRow(
+                        str(file), length, None, None, 0, 0, name, f"{cfg.model.positional} covers {limit} positions"
+                    )
+                )
                 continue
             loss, bpb, count, windows = evaluate_tokens(model, tokens, lengths_bytes, length, batch_size)
             rows.append(EvalRow(str(file), length, loss, bpb, count, windows, name))

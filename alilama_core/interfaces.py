@@ -26,8 +26,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "human_bytes",
-    "Tokenizer", "PositionalScheme", "AttentionFn", "AttentionBackend", "AttentionBias", "AttentionCase",
-    "Trainer", "Task",
+    "Tokenizer",
+    "PositionalScheme",
+    "AttentionFn",
+    "AttentionBackend",
+    "AttentionBias",
+    "AttentionCase",
+    "Trainer",
+    "Task",
 ]
 
 PositionalKind = Literal["bias", "rotary", "embedding", "none"]
@@ -130,7 +136,9 @@ class PositionalScheme(nn.Module):
             return None
         slopes = self.slopes()
         if slopes is None or tuple(slopes.shape) != (self.n_heads,):
-            return f"slopes() must return ({self.n_heads},) slopes, got {None if slopes is None else tuple(slopes.shape)}"
+            return (
+                f"slopes() must return ({self.n_heads},) slopes, got {None if slopes is None else tuple(slopes.shape)}"
+            )
         with torch.no_grad():
             device = slopes.device
             q_pos, k_pos = torch.arange(5, 9, device=device), torch.arange(9, device=device)

@@ -202,7 +202,9 @@ class Registry:
                 try:
                     entry.resolve()
                 except Exception as exc:  # reported, never raised
-                    found.append(Failure(entry.plugin, entry.distribution, f"{kind} {name!r}: {type(exc).__name__}: {exc}"))
+                    found.append(
+                        Failure(entry.plugin, entry.distribution, f"{kind} {name!r}: {type(exc).__name__}: {exc}")
+                    )
         return found
 
     def add_commands(self, app: Any) -> None:
@@ -268,4 +270,3 @@ def register_plugin(plugin: object, name: str | None = None) -> str:
 
 def unregister_plugin(name: str) -> None:
     get_registry().unregister_plugin(name)
-

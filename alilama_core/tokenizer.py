@@ -103,7 +103,9 @@ class Tokenizer(abc.ABC):
             done += os.path.getsize(p)
             if read_progress is not None:
                 read_progress(done, total)
-        return cls.train(texts, vocab_size, special_tokens=special_tokens, threads=threads, progress=progress, **options)
+        return cls.train(
+            texts, vocab_size, special_tokens=special_tokens, threads=threads, progress=progress, **options
+        )
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any] | None) -> dict[str, Any]:

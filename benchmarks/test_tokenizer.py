@@ -124,7 +124,9 @@ def fresh_peak_mib(impl: str, vocab_size: int) -> float:
     """
     out = subprocess.run(
         [sys.executable, __file__, "--peak", impl, str(vocab_size)],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return float(out.stdout.split()[-1])
 
@@ -229,6 +231,7 @@ def test_special_tokens(benchmark, trained, corpus_file, op, specials):
         ids = benchmark.pedantic(lambda: tok.encode_file(corpus_file), rounds=5, iterations=1)
         assert int((ids == n).sum()) > 0 and int((ids == n + 1).sum()) == 0
     else:
+
         def fn():
             return BPETokenizer.train_files([corpus_file], ENCODE_VOCAB, special_tokens=tokens)
 

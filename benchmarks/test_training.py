@@ -39,8 +39,9 @@ def data_dir(tmp_path_factory):
     write_corpus(root / "stories.txt", 3000 if FULL else 300, seed=0)
     with warnings.catch_warnings():  # 3,000 built-in stories allow about 2,550 merges: the vocabulary follows
         warnings.simplefilter("ignore", AlilamaWarning)
-        tok = get_tokenizer("bpe").train(iter_documents([str(root / "stories.txt")]), 4096 if FULL else 400,
-                                         special_tokens=["<|endoftext|>"])
+        tok = get_tokenizer("bpe").train(
+            iter_documents([str(root / "stories.txt")]), 4096 if FULL else 400, special_tokens=["<|endoftext|>"]
+        )
     tok.save(root / "tok")
     prepare([str(root / "stories.txt")], root / "tok", root / "data", val_fraction=0.05)
     return root / "data"

@@ -17,8 +17,14 @@ SCHEMES = ["alibi", "rope", "learned", "nope"]
 
 def tiny_config(**overrides) -> ModelConfig:
     base = dict(
-        vocab_size=97, d_model=32, n_layers=2, n_heads=4, d_mlp=64, context_length=1024,
-        positional="alibi", attention="eager",
+        vocab_size=97,
+        d_model=32,
+        n_layers=2,
+        n_heads=4,
+        d_mlp=64,
+        context_length=1024,
+        positional="alibi",
+        attention="eager",
     )
     base.update(overrides)
     return ModelConfig(**base)
@@ -45,7 +51,10 @@ def run_cli(*args: str, env: dict | None = None, timeout: int = 600) -> subproce
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(
         [sys.executable, "-c", "from alilama_core.app.cli import main; main()", *args],
-        capture_output=True, text=True, env=full_env, timeout=timeout,
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
     )
 
 

@@ -30,8 +30,19 @@ def corpus() -> list[str]:
 # Words where the a/an choice does not follow the vowel-letter rule.
 AN_EXCEPTIONS = {"honest", "hour", "honor", "heir"}
 A_EXCEPTIONS = {"unicorn", "uniform", "one", "once", "useful", "usual", "ukulele", "european", "ewe"}
-SPEECH_VERBS = {"said", "asked", "shouted", "whispered", "replied", "answered", "cried", "called", "yelled",
-                "exclaimed", "wondered"}
+SPEECH_VERBS = {
+    "said",
+    "asked",
+    "shouted",
+    "whispered",
+    "replied",
+    "answered",
+    "cried",
+    "called",
+    "yelled",
+    "exclaimed",
+    "wondered",
+}
 _SPLIT = re.compile(r'(?<=[.!?]) |(?<=[.!?]") ')
 
 
@@ -93,14 +104,17 @@ def test_write_corpus_byte_identical(tmp_path):
 
 
 def test_independent_of_hash_randomisation(tmp_path):
-    code = ("import hashlib, sys; from alilama_core.app.stories import generate_stories; "
-            "print(hashlib.sha256('\\n'.join(generate_stories(300, seed=11)).encode()).hexdigest())")
+    code = (
+        "import hashlib, sys; from alilama_core.app.stories import generate_stories; "
+        "print(hashlib.sha256('\\n'.join(generate_stories(300, seed=11)).encode()).hexdigest())"
+    )
     digests = set()
     for hash_seed in ("0", "1", "12345"):
         env = dict(os.environ, PYTHONHASHSEED=hash_seed)
         env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-        out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
-                             check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, check=True
+        )
         digests.add(out.stdout.strip())
     local = hashlib.sha256("\n".join(S.generate_stories(300, seed=11)).encode()).hexdigest()
     assert digests == {local}
@@ -260,7 +274,7 @@ def test_dialogue_punctuation(corpus):
         for paragraph in story.split("\n"):
             for m in re.finditer(r'"([^"]*)"', paragraph):  # pairs quotes left to right
                 quote = m.group(1)
-                before = paragraph[:m.start()]
+                before = paragraph[: m.start()]
                 if before.endswith(", "):  # Tom said, "Let's go."
                     dialogue += 1
                     assert before.split()[-1].rstrip(",") in SPEECH_VERBS, paragraph
@@ -351,9 +365,23 @@ def test_diversity(corpus):
     assert openings.most_common(1)[0][1] / len(corpus) < 0.2
     assert len({story.split(". ", 1)[0] for story in corpus}) > 500  # varied first sentences
     # every plot shows up: each has a line no other plot uses
-    markers = ["disappeared", "was not there", "was gone", "walked over", "I will help you", "How can I help you",
-               "Oh, you poor thing", "rain", "turn", "night", "present", "gift", "explore", "tried again",
-               "one more time"]
+    markers = [
+        "disappeared",
+        "was not there",
+        "was gone",
+        "walked over",
+        "I will help you",
+        "How can I help you",
+        "Oh, you poor thing",
+        "rain",
+        "turn",
+        "night",
+        "present",
+        "gift",
+        "explore",
+        "tried again",
+        "one more time",
+    ]
     assert all(any(m in story for story in corpus) for m in markers)
 
 
@@ -369,8 +397,12 @@ def test_every_plot_runs():
 
 def test_corpus_stats():
     st = S.corpus_stats(["Tom ran. Tom sat!", "An owl's hat."])
-    assert st == {"stories": 2, "words": 7, "distinct_words": 6,
-                  "bytes": len("Tom ran. Tom sat!") + len("An owl's hat.")}
+    assert st == {
+        "stories": 2,
+        "words": 7,
+        "distinct_words": 6,
+        "bytes": len("Tom ran. Tom sat!") + len("An owl's hat."),
+    }
     assert S.corpus_stats([]) == {"stories": 0, "words": 0, "distinct_words": 0, "bytes": 0}
 
 

@@ -158,7 +158,9 @@ def generate_cmd(
     repetition_penalty: Annotated[Optional[float], typer.Option("--repetition-penalty")] = None,
     seed: Annotated[Optional[int], typer.Option("--seed")] = None,
     stop: Annotated[Optional[list[str]], typer.Option("--stop", help="Stop after this text (repeatable).")] = None,
-    checkpoint: Annotated[Optional[str], typer.Option("--checkpoint", help="Checkpoint folder name, e.g. step-00001000.")] = None,
+    checkpoint: Annotated[
+        Optional[str], typer.Option("--checkpoint", help="Checkpoint folder name, e.g. step-00001000.")
+    ] = None,
     no_verify: Annotated[bool, typer.Option("--no-verify", help="Skip the run's integrity check (hashes).")] = False,
 ) -> None:
     """Stream a continuation of a prompt from a trained run."""
@@ -176,8 +178,13 @@ def generate_cmd(
     else:
         text = prompt or ""
     settings = SamplingSettings(
-        max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-        repetition_penalty=repetition_penalty, seed=seed, stop=list(stop or []),
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        repetition_penalty=repetition_penalty,
+        seed=seed,
+        stop=list(stop or []),
     ).validate()
     loaded = load_run(run, checkpoint=checkpoint, verify=not no_verify)
     from alilama_core.generate import position_room
@@ -186,7 +193,8 @@ def generate_cmd(
     if room is not None and 0 < room < max_new_tokens:
         err_console.print(
             f"note: {loaded.config.model.positional} positions end {room} tokens after this prompt; "
-            f"generation stops there", highlight=False,
+            f"generation stops there",
+            highlight=False,
         )
     sys.stdout.write(text)
     for piece in stream_text(loaded.model, loaded.tokenizer, text, settings):
@@ -224,5 +232,3 @@ def get_app() -> typer.Typer:
 
     get_registry().add_commands(app)
     return app
-
-

@@ -21,10 +21,11 @@ from alilama_core.errors import AlilamaError
 data_app = typer.Typer(help="Prepare and download training data.", no_args_is_help=True)
 
 
-
 @data_app.command("prepare")
 def data_prepare(
-    input: Annotated[list[str], typer.Option("--input", "-i", help="Text/JSONL file, folder, or hf:NAME (repeatable).")],
+    input: Annotated[
+        list[str], typer.Option("--input", "-i", help="Text/JSONL file, folder, or hf:NAME (repeatable).")
+    ],
     tokenizer: Annotated[str, typer.Option("--tokenizer", help="Tokenizer folder (from `alilama tokenizer train`).")],
     out: Annotated[str, typer.Option("--out", "-o", help="Output data folder.")],
     val_fraction: Annotated[float, typer.Option("--val-fraction", help="Share of documents for validation.")] = 0.05,
@@ -50,19 +51,29 @@ def data_prepare(
     with Progress(TextColumn("encode"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), console=console) as bar:
         task = bar.add_task("encode", total=total)
         meta = prepare(
-            input, tokenizer, out, val_fraction=val_fraction, field=field, separator=separator,
-            errors=errors, seed=seed, threads=threads, overwrite=overwrite,
+            input,
+            tokenizer,
+            out,
+            val_fraction=val_fraction,
+            field=field,
+            separator=separator,
+            errors=errors,
+            seed=seed,
+            threads=threads,
+            overwrite=overwrite,
             progress=lambda n: bar.advance(task, n),
         )
     for name, s in meta["splits"].items():
         console.print(
             f"{name}: {s['documents']:,} documents, {s['tokens']:,} tokens, {s['bytes']:,} bytes "
-            f"({s['tokens'] / max(1, s['bytes']):.3f} tokens/byte)", highlight=False,
+            f"({s['tokens'] / max(1, s['bytes']):.3f} tokens/byte)",
+            highlight=False,
         )
     if meta.get("split") == "position":
         console.print(
             f"split by position: the input holds too few documents to split by document, so the last "
-            f"{meta['val_fraction']:.0%} of its tokens went to validation", highlight=False,
+            f"{meta['val_fraction']:.0%} of its tokens went to validation",
+            highlight=False,
         )
     console.print(f"wrote {out} ({meta['dtype']})", highlight=False)
 
@@ -95,7 +106,10 @@ def train_cmd(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing run in --out.")] = False,
     stop_at: Annotated[Optional[int], typer.Option("--stop-at", help="Checkpoint and stop after this step.")] = None,
     progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
-    task: Annotated[Optional[str], typer.Option("--task", help="Train on a generated task (`alilama tasks list`) instead of --data.")] = None,
+    task: Annotated[
+        Optional[str],
+        typer.Option("--task", help="Train on a generated task (`alilama tasks list`) instead of --data."),
+    ] = None,
 ) -> None:
     """Train a model (one process, or DDP under torchrun) into a run folder."""
     from alilama_core.registry import get_trainer
@@ -145,13 +159,17 @@ def train_cmd(
 def eval_cmd(
     run: Annotated[str, typer.Argument(help="Run folder.")],
     data: Annotated[Optional[list[str]], typer.Option("--data", help="Raw text file (repeatable).")] = None,
-    context_lengths: Annotated[Optional[str], typer.Option("--context-lengths", help="e.g. 128,256,512,1024 (default 1x,2x,4x,8x).")] = None,
+    context_lengths: Annotated[
+        Optional[str], typer.Option("--context-lengths", help="e.g. 128,256,512,1024 (default 1x,2x,4x,8x).")
+    ] = None,
     attention: Annotated[str, typer.Option("--attention", help="Backend for evaluation.")] = "auto",
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="Tokens per file (0: all).")] = 262_144,
     no_verify: Annotated[bool, typer.Option("--no-verify", help="Skip the run's integrity check (hashes).")] = False,
     as_json: JsonOpt = False,
     task: Annotated[Optional[str], typer.Option("--task", help="Task run: the task it was trained on.")] = None,
-    lengths: Annotated[Optional[str], typer.Option("--lengths", help="Task run: lengths to test, e.g. 8,16,32,64.")] = None,
+    lengths: Annotated[
+        Optional[str], typer.Option("--lengths", help="Task run: lengths to test, e.g. 8,16,32,64.")
+    ] = None,
     examples: Annotated[int, typer.Option("--examples", help="Task run: test examples per length.")] = 256,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Task run: test-set seed (default task.seed).")] = None,
 ) -> None:
@@ -189,9 +207,12 @@ def eval_cmd(
         table.add_column(col)
     for r in rows:
         table.add_row(
-            Path(r.file).name, str(r.context_length),
-            f"{r.loss:.4f}" if r.loss is not None else "n/a", f"{r.bpb:.4f}" if r.bpb is not None else r.note,
-            f"{r.tokens:,}", r.attention,
+            Path(r.file).name,
+            str(r.context_length),
+            f"{r.loss:.4f}" if r.loss is not None else "n/a",
+            f"{r.bpb:.4f}" if r.bpb is not None else r.note,
+            f"{r.tokens:,}",
+            r.attention,
         )
     console.print(table)
 
@@ -199,7 +220,9 @@ def eval_cmd(
 def plot_cmd(
     runs: Annotated[list[str], typer.Argument(help="Run folder(s), or `alilama eval --json` output files (*.json).")],
     out: Annotated[Optional[str], typer.Option("--out", "-o", help="PNG path (default RUN/loss.png).")] = None,
-    accuracy: Annotated[bool, typer.Option("--accuracy", help="Task runs: exact match against length (from `alilama eval`).")] = False,
+    accuracy: Annotated[
+        bool, typer.Option("--accuracy", help="Task runs: exact match against length (from `alilama eval`).")
+    ] = False,
 ) -> None:
     """Write loss.png: train and val loss against tokens, one colour per run (--accuracy: accuracy.png).
 
@@ -226,9 +249,15 @@ def plot_cmd(
 
 
 def quickstart_cmd(
-    out: Annotated[str, typer.Option("--out", "-o", help="Folder for corpus, tokenizer, data and run.")] = "runs/quickstart",
-    data: Annotated[Optional[str], typer.Option("--data", help="Train on this text file instead of the built-in stories.")] = None,
-    steps: Annotated[Optional[int], typer.Option("--steps", help="Training steps (default: fits the time budget).")] = None,
+    out: Annotated[
+        str, typer.Option("--out", "-o", help="Folder for corpus, tokenizer, data and run.")
+    ] = "runs/quickstart",
+    data: Annotated[
+        Optional[str], typer.Option("--data", help="Train on this text file instead of the built-in stories.")
+    ] = None,
+    steps: Annotated[
+        Optional[int], typer.Option("--steps", help="Training steps (default: fits the time budget).")
+    ] = None,
     minutes: Annotated[float, typer.Option("--minutes", help="Training time budget.")] = 3.5,
     stories: Annotated[int, typer.Option("--stories", help="Built-in stories to generate.")] = 20000,
     overwrite: Annotated[bool, typer.Option("--overwrite/--no-overwrite")] = True,
@@ -236,7 +265,9 @@ def quickstart_cmd(
     """Train a tokenizer and a small ALiBi model, offline, then generate text."""
     from alilama_core.app.quickstart import run_quickstart
 
-    run_quickstart(out, data=data, steps=steps, minutes=minutes, stories=stories, overwrite=overwrite, echo=console.print)
+    run_quickstart(
+        out, data=data, steps=steps, minutes=minutes, stories=stories, overwrite=overwrite, echo=console.print
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -30,18 +30,15 @@ class _Group(TyperGroup):
             where = f"{exc.filename!s}" + (f" -> {exc.filename2!s}" if exc.filename2 else "")
             err_console.print(
                 f"[bold red]error:[/] {escape(exc.strerror or str(exc))}: {escape(where)}; check the path and its permissions",
-                highlight=False, soft_wrap=True,
+                highlight=False,
+                soft_wrap=True,
             )
             raise typer.Exit(1) from None
 
 
 # Shared option aliases.
-ConfigOpt = Annotated[
-    Optional[str], typer.Option("--config", "-c", help="YAML or JSON config file.")
-]
-PresetOpt = Annotated[
-    Optional[str], typer.Option("--preset", "-p", help="Named preset: essay, tiny.")
-]
+ConfigOpt = Annotated[Optional[str], typer.Option("--config", "-c", help="YAML or JSON config file.")]
+PresetOpt = Annotated[Optional[str], typer.Option("--preset", "-p", help="Named preset: essay, tiny.")]
 OverridesArg = Annotated[
     Optional[list[str]],
     typer.Argument(help="Overrides as section.field=value, e.g. model.n_layers=4 model.positional=rope."),

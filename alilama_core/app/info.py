@@ -18,7 +18,12 @@ def _case(config: ModelConfig, device_type: str, shape: str, training: bool = Fa
 
     scheme = get_registry().get("positional", config.positional)
     return AttentionCase(
-        device_type, torch.float32, config.d_model // config.n_heads, shape, scheme.kind, scheme.has_slopes,
+        device_type,
+        torch.float32,
+        config.d_model // config.n_heads,
+        shape,
+        scheme.kind,
+        scheme.has_slopes,
         training=training,
     )
 

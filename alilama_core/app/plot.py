@@ -59,12 +59,16 @@ def read_eval(path: str | Path) -> list[dict]:
     """Rows of an ``alilama eval --json`` output file."""
     path = Path(path)
     if not path.is_file():
-        raise AlilamaError(f"{str(path)!r} does not exist (write one with `alilama eval RUN --data FILE --json > {path.name}`)")
+        raise AlilamaError(
+            f"{str(path)!r} does not exist (write one with `alilama eval RUN --data FILE --json > {path.name}`)"
+        )
     try:
         rows = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise AlilamaError(f"{str(path)!r} is not the JSON that `alilama eval --json` writes: {exc}") from None
-    if not isinstance(rows, list) or not all(isinstance(r, dict) and "context_length" in r and "bpb" in r for r in rows):
+    if not isinstance(rows, list) or not all(
+        isinstance(r, dict) and "context_length" in r and "bpb" in r for r in rows
+    ):
         raise AlilamaError(f"{str(path)!r} is not a list of eval rows (context_length, bpb); use `alilama eval --json`")
     return rows
 
@@ -84,7 +88,9 @@ def plot_eval(results: list[str | Path], out: str | Path, dpi: int = 120) -> Pat
         rows = read_eval(result)
         files = sorted({r.get("file", "") for r in rows})
         for j, data in enumerate(files):
-            points = sorted((r["context_length"], r["bpb"]) for r in rows if r.get("file", "") == data and r["bpb"] is not None)
+            points = sorted(
+                (r["context_length"], r["bpb"]) for r in rows if r.get("file", "") == data and r["bpb"] is not None
+            )
             label = Path(result).stem + (f" ({Path(data).name})" if len(files) > 1 else "")
             if points:
                 ax.plot(*zip(*points), color=f"C{i}", ls=("-", "--", ":", "-.")[j % 4], marker="o", label=label)

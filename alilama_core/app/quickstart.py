@@ -23,10 +23,19 @@ def quickstart_config(vocab_size: int) -> cfgmod.Config:
     cfg = cfgmod.preset("essay")
     cfg = cfgmod.apply_overrides(
         cfg,
-        [f"model.vocab_size={vocab_size}", "model.n_layers=4", "model.attention=auto",
-         "train.batch_size=32", "train.lr=0.003", "train.min_lr=0.0003", "train.warmup_steps=30",
-         "train.log_every=10", "train.checkpoint_every=200", "train.eval_tokens=32768",
-         "train.sample_tokens=40"],
+        [
+            f"model.vocab_size={vocab_size}",
+            "model.n_layers=4",
+            "model.attention=auto",
+            "train.batch_size=32",
+            "train.lr=0.003",
+            "train.min_lr=0.0003",
+            "train.warmup_steps=30",
+            "train.log_every=10",
+            "train.checkpoint_every=200",
+            "train.eval_tokens=32768",
+            "train.sample_tokens=40",
+        ],
     )
     cfg.train.sample_prompts = SAMPLE_PROMPTS[:2]
     return cfg
@@ -149,11 +158,11 @@ def run_quickstart(out, data=None, steps=None, minutes=3.5, stories=20000, overw
         echo(f"[1/5] corpus: {corpus}")
 
     t = time.perf_counter()
-    tokenizer = get_tokenizer("bpe").train(
-        iter_documents([str(corpus)]), VOCAB, special_tokens=["<|endoftext|>"]
-    )
+    tokenizer = get_tokenizer("bpe").train(iter_documents([str(corpus)]), VOCAB, special_tokens=["<|endoftext|>"])
     save_tokenizer(tokenizer, out / "tokenizer")  # records its kind beside it
-    echo(f"[2/5] trained a {tokenizer.vocab_size}-id BPE tokenizer in {time.perf_counter() - t:.1f} s -> {out / 'tokenizer'}")
+    echo(
+        f"[2/5] trained a {tokenizer.vocab_size}-id BPE tokenizer in {time.perf_counter() - t:.1f} s -> {out / 'tokenizer'}"
+    )
 
     meta = prepare([str(corpus)], out / "tokenizer", out / "data", val_fraction=0.05, overwrite=True)
     train_split = meta["splits"]["train"]
@@ -168,7 +177,9 @@ def run_quickstart(out, data=None, steps=None, minutes=3.5, stories=20000, overw
     if planned:
         per_step = seconds_per_step(cfg)
         steps = max(cfg.train.warmup_steps + 10, int(budget / per_step))
-        echo(f"[4/5] training for {minutes:.1f} min: {steps} steps planned (~{per_step:.2f} s each), re-planned as it runs")
+        echo(
+            f"[4/5] training for {minutes:.1f} min: {steps} steps planned (~{per_step:.2f} s each), re-planned as it runs"
+        )
     else:
         echo(f"[4/5] training {steps} steps")
     cfg.train.max_steps = steps

@@ -43,6 +43,8 @@ SEPARATOR = "<|endoftext|>"
 # ---------------------------------------------------------------------------
 # Data tables
 # ---------------------------------------------------------------------------
+# Laid out by hand (one entry per line would make the tables ten times longer).
+# fmt: off
 
 
 @dataclass(frozen=True)
@@ -457,6 +459,8 @@ MORALS = {
     "explore": ["{h} learned that there are wonders close to home.", "Adventures are more fun with a friend."],
 }
 
+# fmt: on
+
 # ---------------------------------------------------------------------------
 # Grammar helpers
 # ---------------------------------------------------------------------------
@@ -498,9 +502,9 @@ def cap(text: str) -> str:
 @dataclass(frozen=True)
 class Character:
     name: str
-    pronoun: str          # "he" | "she" | "they"
-    kind: str             # "person" | "animal" | "grownup"
-    noun: str             # "girl", "fox", "mom"
+    pronoun: str  # "he" | "she" | "they"
+    kind: str  # "person" | "animal" | "grownup"
+    noun: str  # "girl", "fox", "mom"
     trait: tuple[str, str]
     home: str
     moves: str = "ran"
@@ -514,7 +518,11 @@ class Character:
         adj = self.trait[0]
         r = rng.random()
         if r < 0.45:
-            desc = f"{adj} little {self.noun}" if self.noun not in ("kid",) and "cub" not in self.noun else f"{adj} {self.noun}"
+            desc = (
+                f"{adj} little {self.noun}"
+                if self.noun not in ("kid",) and "cub" not in self.noun
+                else f"{adj} {self.noun}"
+            )
         elif r < 0.8:
             desc = f"{adj} {self.noun}"
         else:
@@ -524,9 +532,16 @@ class Character:
     def slots(self, key: str) -> dict[str, str]:
         p = self.p
         return {
-            key: self.name, f"{key}_he": p.he, f"{key}_him": p.him, f"{key}_his": p.his, f"{key}_was": p.was,
-            f"{key}_noun": self.noun, f"{key}_trait": self.trait[0], f"{key}_who": self.trait[1],
-            f"{key}_home": self.home, f"{key}_moves": self.moves,
+            key: self.name,
+            f"{key}_he": p.he,
+            f"{key}_him": p.him,
+            f"{key}_his": p.his,
+            f"{key}_was": p.was,
+            f"{key}_noun": self.noun,
+            f"{key}_trait": self.trait[0],
+            f"{key}_who": self.trait[1],
+            f"{key}_home": self.home,
+            f"{key}_moves": self.moves,
         }
 
 
@@ -538,8 +553,12 @@ def _pick_pronoun(rng: random.Random, allowed: Sequence[str]) -> str:
     return rng.choices(list(allowed), weights=weights)[0]
 
 
-def make_character(rng: random.Random, allowed: Sequence[str] = ("he", "she", "they"),
-                   avoid: Sequence[str] = (), kind: str | None = None) -> Character:
+def make_character(
+    rng: random.Random,
+    allowed: Sequence[str] = ("he", "she", "they"),
+    avoid: Sequence[str] = (),
+    kind: str | None = None,
+) -> Character:
     """A random child or animal whose pronoun is one of ``allowed`` and whose name is not in ``avoid``."""
     kind = kind or ("person" if rng.random() < 0.5 else "animal")
     pron = _pick_pronoun(rng, allowed)
@@ -610,13 +629,13 @@ class Story:
         quoted = text[:-1] + "," if end == "." else text
         prev = self.paragraphs[-1][-1] if self.paragraphs[-1] else ""
         forms = {
-            f'"{quoted}" {name} {verb}.': 2,                  # "Let's go," Tom said.
-            f'{name} {verb.split(" ")[0]}, "{text}"': 2,      # Tom said, "Let's go."
+            f'"{quoted}" {name} {verb}.': 2,  # "Let's go," Tom said.
+            f'{name} {verb.split(" ")[0]}, "{text}"': 2,  # Tom said, "Let's go."
         }
         if " " not in verb:
-            forms[f'"{quoted}" {verb} {name}.'] = 4           # "Let's go," said Tom.
+            forms[f'"{quoted}" {verb} {name}.'] = 4  # "Let's go," said Tom.
         if name in prev:
-            forms[f'"{quoted}" {pron} {verb}.'] = 2           # "Let's go," he said.
+            forms[f'"{quoted}" {pron} {verb}.'] = 2  # "Let's go," he said.
         self.paragraphs[-1].append(rng.choices(list(forms), weights=list(forms.values()))[0])
 
     def feel(self, who: str, good: bool) -> None:
@@ -654,10 +673,15 @@ def setting(rng: random.Random, ctx: dict[str, str], *, weather: str | None = No
     ctx["tod"] = tod or rng.choice(TIMES_OF_DAY)
     ctx["day"] = rng.choice(("day", "day", ctx["tod"], f"{season} day"))
     w, t, s = ctx["weather"], ctx["tod"], season
-    ctx["when"] = rng.choice((
-        f"one {w} {t}", f"one {w} {t}", f"on a {w} {s} {t}", f"early one {s} morning" if t == "morning" else f"late one {s} {t}",
-        f"one {w} {s} day",
-    ))
+    ctx["when"] = rng.choice(
+        (
+            f"one {w} {t}",
+            f"one {w} {t}",
+            f"on a {w} {s} {t}",
+            f"early one {s} morning" if t == "morning" else f"late one {s} {t}",
+            f"one {w} {s} day",
+        )
+    )
 
 
 def weather_line(s: Story) -> None:
@@ -674,10 +698,18 @@ def opening(s: Story, hero: Character, *, at_place: bool = True) -> None:
     intro = hero.intro(rng)
     form = rng.random()
     if form < 0.3:
-        s.add(rng.choice(("Once upon a time, there was {intro}.", "There once was {intro}.",
-                          "Long ago, there lived {intro}.")).replace("{intro}", intro))
-        s.maybe(0.5, "{h_he} lived {h_home}.", "{h} lived {h_home}.", "{h} loved to {hobby}.",
-                "{h_he} {h_was} the kind of {h_noun} who {h_who}.")
+        s.add(
+            rng.choice(
+                ("Once upon a time, there was {intro}.", "There once was {intro}.", "Long ago, there lived {intro}.")
+            ).replace("{intro}", intro)
+        )
+        s.maybe(
+            0.5,
+            "{h_he} lived {h_home}.",
+            "{h} lived {h_home}.",
+            "{h} loved to {hobby}.",
+            "{h_he} {h_was} the kind of {h_noun} who {h_who}.",
+        )
         if at_place:
             s.t("{When}, {h} went to the {place}.", "{When}, {h} {h_moves} to the {place} to play.")
     elif form < 0.65 and at_place:
@@ -685,8 +717,12 @@ def opening(s: Story, hero: Character, *, at_place: bool = True) -> None:
         s.maybe(0.5, "{h} was the kind of {h_noun} who {h_who}.", "{h} loved to {hobby}.")
     else:
         s.add(f"{intro[0].upper()}{intro[1:]} lived {{h_home}}.")
-        s.maybe(0.6, "{h_he} {h_was} the kind of {h_noun} who {h_who}.", "Every day, {h} liked to {hobby}.",
-                "When the weather was nice, {h} loved to {hobby}.")
+        s.maybe(
+            0.6,
+            "{h_he} {h_was} the kind of {h_noun} who {h_who}.",
+            "Every day, {h} liked to {hobby}.",
+            "When the weather was nice, {h} loved to {hobby}.",
+        )
         if at_place:
             s.t("{When}, {h} went to the {place}.", "{When}, {h} {h_moves} over to the {place}.")
     if rng.random() < 0.4:
@@ -714,37 +750,71 @@ def plot_lost(s: Story) -> None:
     """A favorite thing is lost, a friend helps to find it."""
     rng, c = s.rng, s.ctx
     opening(s, s.hero)
-    s.t("{h} had brought {h_his} {thing}.", "{h} had {a_thing} that {h_he} loved very much.",
-        "{h_his} favorite thing in the world was {a_thing}.", "{h} had {a_thing}, and {h_he} loved to {use}.")
+    s.t(
+        "{h} had brought {h_his} {thing}.",
+        "{h} had {a_thing} that {h_he} loved very much.",
+        "{h_his} favorite thing in the world was {a_thing}.",
+        "{h} had {a_thing}, and {h_he} loved to {use}.",
+    )
     s.par()
-    s.t("But when it was time to go home, the {thing} was gone.", "{After}, {h} looked down, and the {thing} was not there.",
-        "When {h} turned around, {h_his} {thing} had disappeared.")
+    s.t(
+        "But when it was time to go home, the {thing} was gone.",
+        "{After}, {h} looked down, and the {thing} was not there.",
+        "When {h} turned around, {h_his} {thing} had disappeared.",
+    )
     s.say("h", rng.choice(("Oh no! Where is my {thing}?", "Where did my {thing} go?", "My {thing} is lost!")))
     c["spot1"], c["spot2"], c["spot3"] = rng.sample(c["spots"], 3)
-    s.t("{h} looked {spot1}, but it was not there.", "First, {h} looked {spot1}. It was not there.",
-        "{h} searched {spot1} and {spot2}, but {h_he} could not find it.")
+    s.t(
+        "{h} looked {spot1}, but it was not there.",
+        "First, {h} looked {spot1}. It was not there.",
+        "{h} searched {spot1} and {spot2}, but {h_he} could not find it.",
+    )
     if rng.random() < 0.3:
         s.feel("h", good=False)
     s.par()
     s.t("{Turn}, {f_intro} came by.", "{Turn}, {h_his} friend {f} came along.", "{Turn}, {h} saw {h_his} friend {f}.")
     if rng.random() < 0.5:
         s.say("f", rng.choice(("Why are you sad, {h}?", "What is wrong?", "What are you looking for?")))
-        s.say("h", reply=True, line=rng.choice(("I lost my {thing}.", "I cannot find my {thing}.", "My {thing} is gone, and I looked everywhere.")))
+        s.say(
+            "h",
+            reply=True,
+            line=rng.choice(
+                ("I lost my {thing}.", "I cannot find my {thing}.", "My {thing} is gone, and I looked everywhere.")
+            ),
+        )
     else:
-        s.say("f", rng.choice(("Let's look together.", "Don't worry. Two pairs of eyes are better than one.",
-                               "I will help you find it.")))
-    s.maybe(0.2, "They looked {spot2} and {spot1} again.", "So they looked together, slowly and carefully.",
-            "They searched for almost an hour.")
-    s.t("At last, {f} found the {thing} {spot3}!", "Then {h} spotted something {spot3}. It was the {thing}!",
-        "When {f} looked {spot3}, there was the {thing}!")
+        s.say(
+            "f",
+            rng.choice(
+                (
+                    "Let's look together.",
+                    "Don't worry. Two pairs of eyes are better than one.",
+                    "I will help you find it.",
+                )
+            ),
+        )
+    s.maybe(
+        0.2,
+        "They looked {spot2} and {spot1} again.",
+        "So they looked together, slowly and carefully.",
+        "They searched for almost an hour.",
+    )
+    s.t(
+        "At last, {f} found the {thing} {spot3}!",
+        "Then {h} spotted something {spot3}. It was the {thing}!",
+        "When {f} looked {spot3}, there was the {thing}!",
+    )
     s.par()
     r = rng.random()
     if r < 0.3:
         s.feel("h", good=True)
     elif r < 0.6:
         s.say("h", rng.choice(("Thank you, {f}!", "Thank you for helping me, {f}.", "You are a good friend, {f}.")))
-    s.t("Then {h} and {f} {use_past_the} together.", "They {use_past_the} until the sun went down.",
-        "After that, {h} and {f} {use_past_the}.")
+    s.t(
+        "Then {h} and {f} {use_past_the} together.",
+        "They {use_past_the} until the sun went down.",
+        "After that, {h} and {f} {use_past_the}.",
+    )
     ending(s, "lost", avoid=("sun went down",))
 
 
@@ -753,23 +823,58 @@ def plot_friend(s: Story) -> None:
     rng = s.rng
     opening(s, s.hero)
     s.par()
-    s.t("{Turn}, {h} saw {f_intro} sitting alone {at_place}.", "That day, {h} saw {a_new} {at_place}.",
-        "{After}, {h} noticed {f_intro} standing all by {f_himself}.")
-    s.t("{h} wanted to say hello, but {h_he} felt shy.", "{h} did not know what to say, so {h_he} just watched.",
-        "{h} wanted to play with the {f_noun}, but {h_he} {h_was} a little nervous.")
+    s.t(
+        "{Turn}, {h} saw {f_intro} sitting alone {at_place}.",
+        "That day, {h} saw {a_new} {at_place}.",
+        "{After}, {h} noticed {f_intro} standing all by {f_himself}.",
+    )
+    s.t(
+        "{h} wanted to say hello, but {h_he} felt shy.",
+        "{h} did not know what to say, so {h_he} just watched.",
+        "{h} wanted to play with the {f_noun}, but {h_he} {h_was} a little nervous.",
+    )
     s.maybe(0.6, "The {f_noun} had {a_thing}.", "The {f_noun} was holding {a_thing}.")
     s.par()
-    s.t("At last, {h} took a deep breath and walked over.", "Then {h} remembered that everyone feels shy sometimes.",
-        "{h} counted to three and walked over.")
-    s.say("h", rng.choice(("Hello! My name is {h}. What is your name?", "Hi! Can I play with you?",
-                           "Hello! That is a nice {thing}.")))
-    s.say("f", reply=True, line=rng.choice(("My name is {f}. I am new here.", "I am {f}. Do you want to play with me?",
-                           "Thank you! My name is {f}. We just moved here.")))
-    s.maybe(0.5, "{f} smiled, and {h} smiled back.", "Soon they were talking and laughing.", "{h} and {f} sat down together.")
+    s.t(
+        "At last, {h} took a deep breath and walked over.",
+        "Then {h} remembered that everyone feels shy sometimes.",
+        "{h} counted to three and walked over.",
+    )
+    s.say(
+        "h",
+        rng.choice(
+            ("Hello! My name is {h}. What is your name?", "Hi! Can I play with you?", "Hello! That is a nice {thing}.")
+        ),
+    )
+    s.say(
+        "f",
+        reply=True,
+        line=rng.choice(
+            (
+                "My name is {f}. I am new here.",
+                "I am {f}. Do you want to play with me?",
+                "Thank you! My name is {f}. We just moved here.",
+            )
+        ),
+    )
+    s.maybe(
+        0.5,
+        "{f} smiled, and {h} smiled back.",
+        "Soon they were talking and laughing.",
+        "{h} and {f} sat down together.",
+    )
     s.par()
-    s.t("They {use_past_the} together.", "Together they {use_past_the}.", "First they {use_past_the}, and then they played tag.")
-    s.maybe(0.4, "{f} showed {h} how to {use}.", "When {h} fell down, {f} helped {h_him} up.",
-            "They shared {a_food} because they were both hungry.")
+    s.t(
+        "They {use_past_the} together.",
+        "Together they {use_past_the}.",
+        "First they {use_past_the}, and then they played tag.",
+    )
+    s.maybe(
+        0.4,
+        "{f} showed {h} how to {use}.",
+        "When {h} fell down, {f} helped {h_him} up.",
+        "They shared {a_food} because they were both hungry.",
+    )
     if rng.random() < 0.5:
         s.feel("h", good=True)
     ending(s, "friend")
@@ -791,8 +896,12 @@ def plot_help(s: Story) -> None:
     s.add(first_try)
     s.par()
     s.t("{Turn}, {h_his} friend {f} came by.", "{h} called {h_his} friend {f}.", "Luckily, {f_intro} was nearby.")
-    s.maybe(0.6, "{f} said, \"I have an idea!\"", "\"Let's help it together,\" said {f}.",
-            "\"Don't worry, I know what to do,\" {f} said.")
+    s.maybe(
+        0.6,
+        '{f} said, "I have an idea!"',
+        '"Let\'s help it together," said {f}.',
+        '"Don\'t worry, I know what to do," {f} said.',
+    )
     s.add(fix)
     s.maybe(0.7, thanks)
     s.par()
@@ -810,9 +919,14 @@ def plot_try(s: Story) -> None:
     c["wish"] = wish.format(**c)
     opening(s, s.hero, at_place=rng.random() < 0.5)
     s.par()
-    s.t("{h} wanted to {wish}.", "More than anything, {h} wanted to {wish}.", "{h} had a big wish. {h_he} wanted to {wish}.")
-    s.maybe(0.5, "\"Today I will {wish}!\" shouted {h}.", "\"I can do it!\" {h} shouted.",
-            "{h} said, \"I want to try today.\"")
+    s.t(
+        "{h} wanted to {wish}.",
+        "More than anything, {h} wanted to {wish}.",
+        "{h} had a big wish. {h_he} wanted to {wish}.",
+    )
+    s.maybe(
+        0.5, '"Today I will {wish}!" shouted {h}.', '"I can do it!" {h} shouted.', '{h} said, "I want to try today."'
+    )
     s.add(fail)
     if rng.random() < 0.5:
         s.feel("h", good=False)
@@ -842,13 +956,26 @@ def plot_rain(s: Story) -> None:
     c["idea"] = idea_base.format(**c)
     c["idea_past"] = idea_past.format(**c)
     opening(s, s.hero, at_place=False)
-    s.t("{h} and {f} wanted to have a picnic {at_place}.", "{h} and {f} planned to play {at_place} all day.",
-        "That morning, {h} and {f} got ready to go to the {place}.")
-    s.maybe(0.5, "They packed {a_food}, {a_food2} and a big blanket.", "{h} packed {a_food}, and {f} brought {f_his_thing}.")
+    s.t(
+        "{h} and {f} wanted to have a picnic {at_place}.",
+        "{h} and {f} planned to play {at_place} all day.",
+        "That morning, {h} and {f} got ready to go to the {place}.",
+    )
+    s.maybe(
+        0.5, "They packed {a_food}, {a_food2} and a big blanket.", "{h} packed {a_food}, and {f} brought {f_his_thing}."
+    )
     s.par()
-    s.t("But just as they opened the door, it began to rain.", "But then dark clouds came, and rain poured down.",
-        "But when they looked outside, big drops of rain were falling.")
-    s.say("h", rng.choice(("Now we cannot go outside!", "Oh no! The rain will spoil everything.", "Why does it have to rain today?")))
+    s.t(
+        "But just as they opened the door, it began to rain.",
+        "But then dark clouds came, and rain poured down.",
+        "But when they looked outside, big drops of rain were falling.",
+    )
+    s.say(
+        "h",
+        rng.choice(
+            ("Now we cannot go outside!", "Oh no! The rain will spoil everything.", "Why does it have to rain today?")
+        ),
+    )
     if rng.random() < 0.5:
         s.feel("h", good=False)
     s.par()
@@ -857,8 +984,11 @@ def plot_rain(s: Story) -> None:
     s.t("So they {idea_past}.", "That is just what they did. They {idea_past}.")
     s.add(idea_result)
     s.par()
-    s.t("When the rain stopped, a rainbow appeared in the sky.", "Later, the sun came out again.",
-        "The rain kept falling, but they did not mind at all.")
+    s.t(
+        "When the rain stopped, a rainbow appeared in the sky.",
+        "Later, the sun came out again.",
+        "The rain kept falling, but they did not mind at all.",
+    )
     if rng.random() < 0.4:
         s.feel("h", good=True)
     ending(s, "rain")
@@ -870,22 +1000,43 @@ def plot_share(s: Story) -> None:
     opening(s, s.hero)
     s.t("{h} was playing with {h_his} friend {f}.", "{h_his} friend {f} was there too.")
     s.par()
-    s.t("Then they both saw {a_adj_thing} lying on the ground.", "There was only one {thing}, and they both wanted it.",
-        "{f} had {a_adj_thing}, and {h} wanted it too.")
+    s.t(
+        "Then they both saw {a_adj_thing} lying on the ground.",
+        "There was only one {thing}, and they both wanted it.",
+        "{f} had {a_adj_thing}, and {h} wanted it too.",
+    )
     s.say("h", rng.choice(("It is my turn!", "I want the {thing}!", "Give it to me!")))
     s.say("f", reply=True, line=rng.choice(("No, it is mine!", "I had it first!", "You can have it later.")))
-    s.t("They pulled and pulled.", "They both grabbed the {thing} at the same time.",
-        "{h} pulled one way, and {f} pulled the other way.")
-    s.maybe(0.6, "{Turn}, the {thing} slipped and fell into a puddle.", "Soon they were both angry, and nobody was having fun.",
-            "The {thing} fell on the ground, and they both started to cry.")
+    s.t(
+        "They pulled and pulled.",
+        "They both grabbed the {thing} at the same time.",
+        "{h} pulled one way, and {f} pulled the other way.",
+    )
+    s.maybe(
+        0.6,
+        "{Turn}, the {thing} slipped and fell into a puddle.",
+        "Soon they were both angry, and nobody was having fun.",
+        "The {thing} fell on the ground, and they both started to cry.",
+    )
     s.par()
     if "g" in c and rng.random() < 0.5:
         s.maybe(0.5, "{g} came over and knelt down.", "{h_his} {g_noun} heard the noise and came outside.")
-        s.say("g", rng.choice(("Why don't you take turns?", "If you share, you can both have fun.",
-                               "Fighting only makes everyone sad.")))
+        s.say(
+            "g",
+            rng.choice(
+                (
+                    "Why don't you take turns?",
+                    "If you share, you can both have fun.",
+                    "Fighting only makes everyone sad.",
+                )
+            ),
+        )
     else:
         s.maybe(0.5, "{h} looked at {f} and felt sorry.", "{f} wiped {f_his} eyes and thought for a moment.")
-        s.say("f", rng.choice(("Let's take turns.", "Maybe we can play with it together.", "I am sorry. You can go first.")))
+        s.say(
+            "f",
+            rng.choice(("Let's take turns.", "Maybe we can play with it together.", "I am sorry. You can go first.")),
+        )
     s.t("So they took turns.", "{h} went first, and then {f} had a turn.", "So they played with it together.")
     s.t("They {use_past}, and it was much more fun.", "Together they {use_past} and laughed.")
     s.par()
@@ -901,26 +1052,49 @@ def plot_night(s: Story) -> None:
     c["noise"], c["truth"] = noise, truth
     helper = "g" if "g" in c else "f"
     opening(s, s.hero, at_place=False)
-    s.t("One night, {h} was lying in bed.", "Late one night, {h} could not sleep.", "It was late, and everyone was asleep.",
-        "That night, {h} went to bed early.")
+    s.t(
+        "One night, {h} was lying in bed.",
+        "Late one night, {h} could not sleep.",
+        "It was late, and everyone was asleep.",
+        "That night, {h} went to bed early.",
+    )
     s.par()
     s.t("{Turn}, {h} heard {noise}.", "Then {h} heard {noise}.", "In the dark, {h} noticed {noise}.")
-    s.maybe(0.7, "{h} pulled the blanket up to {h_his} nose.", "{h_his} heart went thump, thump, thump.",
-            "{h} was scared and held {h_his} pillow very tight.")
+    s.maybe(
+        0.7,
+        "{h} pulled the blanket up to {h_his} nose.",
+        "{h_his} heart went thump, thump, thump.",
+        "{h} was scared and held {h_his} pillow very tight.",
+    )
     s.say("h", rng.choice(("Who is there?", "What was that?", "Is somebody there?")))
     s.par()
     if helper == "g":
         s.t("{h} ran to {h_his} {g_noun}.", "{h} called for {g}.")
-        s.say("g", rng.choice(("Let's go and look together.", "Don't be afraid. I am here.", "Come, we will find out what it is.")))
+        s.say(
+            "g",
+            rng.choice(
+                ("Let's go and look together.", "Don't be afraid. I am here.", "Come, we will find out what it is.")
+            ),
+        )
     else:
         s.t("{h_his} friend {f} was sleeping over that night.", "{f} was staying over, so {h} woke {f_him} up.")
-        s.say("f", rng.choice(("Let's go and look together.", "I will hold the flashlight.", "Two is braver than one.")))
-    s.maybe(0.6, "They turned on a lamp and looked.", "With a flashlight, they tiptoed to see.", "They opened the door very slowly.")
+        s.say(
+            "f", rng.choice(("Let's go and look together.", "I will hold the flashlight.", "Two is braver than one."))
+        )
+    s.maybe(
+        0.6,
+        "They turned on a lamp and looked.",
+        "With a flashlight, they tiptoed to see.",
+        "They opened the door very slowly.",
+    )
     s.t("It turned out that {truth}.", "They laughed, because {truth}.")
     s.par()
     s.maybe(0.6, "{h} was not scared anymore.", "{h} felt silly and giggled.", "{h} let out a big yawn.")
-    s.t("{h} climbed back into bed and closed {h_his} eyes.", "Soon {h} was fast asleep.",
-        "{h} snuggled under the blanket and fell asleep.")
+    s.t(
+        "{h} climbed back into bed and closed {h_his} eyes.",
+        "Soon {h} was fast asleep.",
+        "{h} snuggled under the blanket and fell asleep.",
+    )
     s.maybe(0.4, *MORALS["night"])
 
 
@@ -936,19 +1110,31 @@ def plot_gift(s: Story) -> None:
     c["recv_ref"] = f"{c['h_his']} {c['g_noun']}" if receiver == "g" else f"{c['h_his']} friend {c['f']}"
     opening(s, s.hero, at_place=False)
     s.par()
-    s.t("Tomorrow was a special day for {recv_ref}.", "It was almost the birthday of {recv_ref}.",
-        "{h} wanted to surprise {recv_ref}.")
-    s.t("{h} wanted to {gift} for {recv_him}.", "{h} decided to {gift} as a present.",
-        "{h} had an idea. {h_he} would {gift}!", "That afternoon, {h} {gift_past} for {recv_him}.")
+    s.t(
+        "Tomorrow was a special day for {recv_ref}.",
+        "It was almost the birthday of {recv_ref}.",
+        "{h} wanted to surprise {recv_ref}.",
+    )
+    s.t(
+        "{h} wanted to {gift} for {recv_him}.",
+        "{h} decided to {gift} as a present.",
+        "{h} had an idea. {h_he} would {gift}!",
+        "That afternoon, {h} {gift_past} for {recv_him}.",
+    )
     s.add(mishap)
     s.say("h", rng.choice(("Oh no! Now it is ruined.", "What will I do now?", "This is not going well!")))
     s.par()
     s.maybe(0.6, "But {h} did not give up.", "{h} thought hard.", "Then {h} had a new idea.")
     s.add(fix)
-    s.maybe(0.5, "{h} wrapped the present in paper and tied it with a ribbon.", "{h} hid the present behind {h_his} back.")
+    s.maybe(
+        0.5, "{h} wrapped the present in paper and tied it with a ribbon.", "{h} hid the present behind {h_his} back."
+    )
     s.par()
     s.t("When {recv} saw the gift, {recv_he} smiled.", "{recv} opened the gift very slowly.")
-    s.say(receiver, rng.choice(("This is the best present ever!", "Did you make this for me?", "Thank you, {h}! I love it.")))
+    s.say(
+        receiver,
+        rng.choice(("This is the best present ever!", "Did you make this for me?", "Thank you, {h}! I love it.")),
+    )
     if rng.random() < 0.5:
         s.feel("h", good=True)
     ending(s, "gift")
@@ -965,13 +1151,21 @@ def plot_explore(s: Story) -> None:
     s.t("{Turn}, {f} pointed at the ground.", "{After}, {h} stopped.", "Near a bush, they noticed something.")
     s.t("There was {found}.", "They saw {found}.")
     s.say("h", rng.choice(("Look at this!", "What could it be?", "Let's find out where it goes!")))
-    s.maybe(0.5, "\"Let's be careful,\" said {f}.", "\"Come on, let's see!\" {f} shouted.",
-            "{f} whispered, \"I am a little scared, but let's go.\"")
+    s.maybe(
+        0.5,
+        '"Let\'s be careful," said {f}.',
+        '"Come on, let\'s see!" {f} shouted.',
+        '{f} whispered, "I am a little scared, but let\'s go."',
+    )
     s.add(follow)
     s.add(surprise)
     s.par()
-    s.maybe(0.6, "{h} and {f} watched quietly for a long time.", "They could not believe their eyes.",
-            "They stayed there until it got late.")
+    s.maybe(
+        0.6,
+        "{h} and {f} watched quietly for a long time.",
+        "They could not believe their eyes.",
+        "They stayed there until it got late.",
+    )
     s.t("Then they walked home, talking about everything they had seen.", "When it began to get dark, they went home.")
     ending(s, "explore", avoid=("home", "sun went down"))
 
@@ -1013,17 +1207,28 @@ def _draw_story(rng: random.Random, pronouns: Sequence[str], plot: str | None) -
     ctx.update(friend.slots("f"))
     if grown is not None:
         ctx.update(grown.slots("g"))
-    ctx.update({
-        "place": place.name, "at_place": f"{place.prep} the {place.name}", "spots": place.spots,  # type: ignore[dict-item]
-        "sight": rng.choice(place.sights), "thing": thing.noun, "adj": adj,
-        "a_thing": a(f"{adj} {thing.noun}" if rng.random() < 0.7 else thing.noun),
-        "a_adj_thing": a(f"{adj} {thing.noun}"), "use": use_base, "use_past": use_past,
-        "a_food": a(f"{rng.choice(FOOD_ADJS)} {food}" if rng.random() < 0.4 else food), "a_food2": a(food2),
-        "hobby": rng.choice(HOBBIES),
-        "Turn": rng.choice(CONNECTORS_TURN), "After": rng.choice(CONNECTORS_TIME),
-        "f_intro": friend.intro(rng), "a_new": a(f"new {friend.noun}"),
-        "f_himself": {"he": "himself", "she": "herself", "they": "themself"}[friend.pronoun],
-    })
+    ctx.update(
+        {
+            "place": place.name,
+            "at_place": f"{place.prep} the {place.name}",
+            "spots": place.spots,  # type: ignore[dict-item]
+            "sight": rng.choice(place.sights),
+            "thing": thing.noun,
+            "adj": adj,
+            "a_thing": a(f"{adj} {thing.noun}" if rng.random() < 0.7 else thing.noun),
+            "a_adj_thing": a(f"{adj} {thing.noun}"),
+            "use": use_base,
+            "use_past": use_past,
+            "a_food": a(f"{rng.choice(FOOD_ADJS)} {food}" if rng.random() < 0.4 else food),
+            "a_food2": a(food2),
+            "hobby": rng.choice(HOBBIES),
+            "Turn": rng.choice(CONNECTORS_TURN),
+            "After": rng.choice(CONNECTORS_TIME),
+            "f_intro": friend.intro(rng),
+            "a_new": a(f"new {friend.noun}"),
+            "f_himself": {"he": "himself", "she": "herself", "they": "themself"}[friend.pronoun],
+        }
+    )
     ctx["use_past_the"] = re.sub(r"\bit\b", f"the {thing.noun}", use_past, count=1)
     ctx["f_his_thing"] = f"{friend.p.his} {thing.noun}"
     fn = rng.choices(PLOTS, weights=PLOT_WEIGHTS)[0] if plot is None else globals()[f"plot_{plot}"]
@@ -1047,7 +1252,7 @@ def count_sentences(story: str) -> int:
 
 MIN_SENTENCES, MAX_SENTENCES = 5, 15
 
-PLOT_NAMES = tuple(fn.__name__[len("plot_"):] for fn in PLOTS)
+PLOT_NAMES = tuple(fn.__name__[len("plot_") :] for fn in PLOTS)
 
 
 def iter_stories(seed: int = 0, pronouns: Sequence[str] = ("he", "she", "they")) -> Iterator[str]:

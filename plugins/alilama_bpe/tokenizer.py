@@ -216,8 +216,15 @@ class BPETokenizer(Tokenizer):
             if not os.path.isfile(p):
                 raise TokenizerError(f"no such file: {p}")
         return cls._train(
-            vocab_size, special_tokens, threads, progress, pattern, backend,
-            paths=paths, errors=errors, read_progress=read_progress,
+            vocab_size,
+            special_tokens,
+            threads,
+            progress,
+            pattern,
+            backend,
+            paths=paths,
+            errors=errors,
+            read_progress=read_progress,
         )
 
     @classmethod

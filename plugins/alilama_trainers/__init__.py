@@ -5,5 +5,8 @@ from alilama_core.hookspecs import hookimpl
 
 @hookimpl
 def register_trainers(register):
-    register("default", "alilama_trainers.trainer:DefaultTrainer",
-             description="AdamW, warm-up + cosine, clipping, accumulation; one process or DDP under torchrun")
+    register(
+        "default",
+        "alilama_trainers.trainer:DefaultTrainer",
+        description="AdamW, warm-up + cosine, clipping, accumulation; one process or DDP under torchrun",
+    )

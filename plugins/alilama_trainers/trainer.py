@@ -124,8 +124,17 @@ class Distributed:
 
 
 # Model settings that the checkpoints' weights depend on: they cannot change on resume.
-ARCHITECTURE = ("vocab_size", "d_model", "n_layers", "n_heads", "d_mlp", "context_length", "positional", "bias",
-                "norm_bias")
+ARCHITECTURE = (
+    "vocab_size",
+    "d_model",
+    "n_layers",
+    "n_heads",
+    "d_mlp",
+    "context_length",
+    "positional",
+    "bias",
+    "norm_bias",
+)
 # Bytes per parameter while training with AdamW in float32: weights, gradients, two moments.
 TRAINING_BYTES_PER_PARAMETER = 16
 
@@ -181,11 +190,15 @@ class DefaultTrainer(Trainer):
         if not (run / "config.yaml").is_file():
             raise CheckpointError(f"cannot resume: {str(run)!r} holds no Alilama run (no config.yaml)")
         saved = cfgmod.load(run / "config.yaml")
-        changed = [k for k in config_changes(saved, self.config) if k.startswith("model.")
-                   and k.split(".", 1)[1] in ARCHITECTURE]
+        changed = [
+            k
+            for k in config_changes(saved, self.config)
+            if k.startswith("model.") and k.split(".", 1)[1] in ARCHITECTURE
+        ]
         if changed:
-            detail = ", ".join(f"{k} {getattr(saved.model, k[6:])!r} -> {getattr(self.config.model, k[6:])!r}"
-                               for k in changed)
+            detail = ", ".join(
+                f"{k} {getattr(saved.model, k[6:])!r} -> {getattr(self.config.model, k[6:])!r}" for k in changed
+            )
             raise ConfigError(
                 f"cannot resume with a different architecture ({detail}): the run's checkpoints hold "
                 "the old one. Drop those overrides, or start a new run with --out"
@@ -311,8 +324,7 @@ class DefaultTrainer(Trainer):
             self.echo("the run has no checkpoint yet: starting from step 0")
             return None
         raise CheckpointError(
-            f"no complete checkpoint to resume from in {str(run)!r}"
-            + (f" ({'; '.join(errors)})" if errors else "")
+            f"no complete checkpoint to resume from in {str(run)!r}" + (f" ({'; '.join(errors)})" if errors else "")
         )
 
     # -- evaluation and samples ---------------------------------------------------
@@ -483,7 +495,7 @@ class DefaultTrainer(Trainer):
                         x, y = collate(mine[i * micro : (i + 1) * micro])
                     x, y = x.to(dist.device), y.to(dist.device)
                     sync = i == accumulation - 1 or dist.world == 1
-                    with autocast, (nullcontext() if sync else train_model.no_sync()):
+                    with autocast, nullcontext() if sync else train_model.no_sync():
                         logits = train_model(x)
                         loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
                         if task is not None:  # so the step's loss is the global batch's mean over answer tokens
@@ -608,8 +620,12 @@ class _Progress:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
         self.progress = Progress(
-            TextColumn("train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-            TimeRemainingColumn(), transient=False,
+            TextColumn("train"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeRemainingColumn(),
+            transient=False,
         )
         self.progress.start()
         self.task = self.progress.add_task("train", total=total, completed=start, info="")

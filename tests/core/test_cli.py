@@ -152,4 +152,4 @@ def test_version_is_defined_once():
     import alilama_core
 
     assert alilama_core.__version__ == metadata.version("alilama")
-    assert "__version__ = \"" not in (alilama_core.__file__ and open(alilama_core.__file__).read())
+    assert '__version__ = "' not in (alilama_core.__file__ and open(alilama_core.__file__).read())

@@ -14,7 +14,12 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 def test_essay_preset_matches_the_essay():
     m = preset("essay").model
     assert (m.vocab_size, m.d_model, m.n_layers, m.n_heads, m.d_mlp, m.context_length) == (
-        4096, 128, 8, 8, 512, 128,
+        4096,
+        128,
+        8,
+        8,
+        512,
+        128,
     )
     assert (m.positional, m.attention) == ("alibi", "sdpa")
 

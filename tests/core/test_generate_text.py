@@ -12,7 +12,7 @@ from alilama_core.model import build_model
 from alilama_core.registry import get_tokenizer
 from alilama_testing import run_cli, tiny_config
 
-TEXT = "Once upon a time, Zoë met 世界 and said \"héllo 🎉\". Ça va? Ünïcödé!\n" * 20
+TEXT = 'Once upon a time, Zoë met 世界 and said "héllo 🎉". Ça va? Ünïcödé!\n' * 20
 
 
 @pytest.fixture(scope="module")
@@ -65,12 +65,19 @@ def test_stream_text_equals_generate_and_stops_at_stop_strings(run_dir):
     ids = generate(loaded.model, [loaded.tokenizer.encode("Once upon")], settings, eot_id=loaded.tokenizer.eot_id)
     assert streamed == loaded.tokenizer.decode(ids[0])
     stop = streamed[5:8]
-    cut = "".join(stream_text(loaded.model, loaded.tokenizer, "Once upon",
-                              SamplingSettings(max_new_tokens=40, temperature=0, stop=[stop])))
+    cut = "".join(
+        stream_text(
+            loaded.model, loaded.tokenizer, "Once upon", SamplingSettings(max_new_tokens=40, temperature=0, stop=[stop])
+        )
+    )
     assert cut == streamed[: streamed.index(stop) + len(stop)]
-    trimmed = generate(loaded.model, [loaded.tokenizer.encode("Once upon")],
-                       SamplingSettings(max_new_tokens=40, temperature=0, stop=[stop]),
-                       eot_id=loaded.tokenizer.eot_id, decode=loaded.tokenizer.decode)
+    trimmed = generate(
+        loaded.model,
+        [loaded.tokenizer.encode("Once upon")],
+        SamplingSettings(max_new_tokens=40, temperature=0, stop=[stop]),
+        eot_id=loaded.tokenizer.eot_id,
+        decode=loaded.tokenizer.decode,
+    )
     assert loaded.tokenizer.decode(trimmed[0]).endswith(stop)
 
 
@@ -94,7 +101,21 @@ def test_generate_cli_reads_stdin(run_dir):
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-c", "from alilama_core.app.cli import main; main()", "generate",
-                          str(run_dir), "--prompt", "-", "-n", "5"], input="Once", capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from alilama_core.app.cli import main; main()",
+            "generate",
+            str(run_dir),
+            "--prompt",
+            "-",
+            "-n",
+            "5",
+        ],
+        input="Once",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0 and out.stdout.startswith("Once")

@@ -27,9 +27,7 @@ def example_plugin_installed():
     try:
         metadata.distribution("alilama-sinusoidal")
     except metadata.PackageNotFoundError:
-        subprocess.run(
-            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "-e", str(EXAMPLE)], check=True
-        )
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "-e", str(EXAMPLE)], check=True)
     return "alilama-sinusoidal"
 
 
@@ -40,7 +38,10 @@ def run_cli(*args: str, env_extra: dict[str, str] | None = None, pythonpath: str
         env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
     return subprocess.run(
         [sys.executable, "-c", "from alilama_core.app.cli import main; main()", *args],
-        capture_output=True, text=True, env=env, timeout=120,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
 
 
@@ -74,21 +75,31 @@ def test_empty_alilama_plugins_loads_no_external_plugin(example_plugin_installed
 
 
 def test_alilama_plugins_selects_by_distribution(example_plugin_installed, tmp_path):
-    path = make_dist(tmp_path, "alilama-other", "other_plugin", """
+    path = make_dist(
+        tmp_path,
+        "alilama-other",
+        "other_plugin",
+        """
         from alilama_core import hookimpl
         @hookimpl
         def register_positional_schemes(register):
             register("other", "alilama_positional.nope:NoPositions")
-    """)
+    """,
+    )
     result = run_cli("plugins", "--json", env_extra={"ALILAMA_PLUGINS": "alilama_sinusoidal"}, pythonpath=path)
     names = {r["name"] for r in json.loads(result.stdout)["registered"]}
     assert "sinusoidal" in names and "other" not in names
 
 
 def test_plugin_that_raises_on_import_does_not_break_the_cli(tmp_path):
-    path = make_dist(tmp_path, "alilama-broken", "broken_plugin", """
+    path = make_dist(
+        tmp_path,
+        "alilama-broken",
+        "broken_plugin",
+        """
         raise RuntimeError("this plugin is broken on purpose")
-    """)
+    """,
+    )
     result = run_cli("plugins", "--json", pythonpath=path)
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
@@ -102,13 +113,18 @@ def test_plugin_that_raises_on_import_does_not_break_the_cli(tmp_path):
 
 
 def test_plugin_that_raises_while_registering_is_skipped(tmp_path):
-    path = make_dist(tmp_path, "alilama-badreg", "badreg_plugin", """
+    path = make_dist(
+        tmp_path,
+        "alilama-badreg",
+        "badreg_plugin",
+        """
         from alilama_core import hookimpl
         @hookimpl
         def register_positional_schemes(register):
             register("fine", "alilama_positional.nope:NoPositions")
             raise ValueError("half-way failure")
-    """)
+    """,
+    )
     result = run_cli("plugins", "--json", pythonpath=path)
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
@@ -187,7 +203,11 @@ def test_every_hook_is_documented():
 
 def test_plugin_with_a_broken_command_is_rolled_back(tmp_path):
     """A command whose signature typer cannot read must not take the CLI down."""
-    path = make_dist(tmp_path, "alilama-badcmd", "badcmd_plugin", """
+    path = make_dist(
+        tmp_path,
+        "alilama-badcmd",
+        "badcmd_plugin",
+        """
         from __future__ import annotations
         from alilama_core import hookimpl
 
@@ -196,7 +216,8 @@ def test_plugin_with_a_broken_command_is_rolled_back(tmp_path):
             def broken(x: UndefinedName) -> None:
                 pass
             app.command("broken")(broken)
-    """)
+    """,
+    )
     result = run_cli("plugins", "--json", pythonpath=path)
     assert result.returncode == 0, result.stderr
     failed = json.loads(result.stdout)["failed"]
@@ -247,12 +268,17 @@ def test_hook_kinds_are_one_table():
 
 
 def test_check_reports_a_lazy_object_that_does_not_import(tmp_path):
-    path = make_dist(tmp_path, "alilama-lazybroken", "lazybroken_plugin", """
+    path = make_dist(
+        tmp_path,
+        "alilama-lazybroken",
+        "lazybroken_plugin",
+        """
         from alilama_core import hookimpl
         @hookimpl
         def register_positional_schemes(register):
             register("ghost", "no_such_module_anywhere:Ghost")
-    """)
+    """,
+    )
     listed = run_cli("plugins", "--json", pythonpath=path)
     assert listed.returncode == 0  # without --check, lazy objects are not imported
     checked = run_cli("plugins", "--check", "--json", pythonpath=path)
@@ -265,9 +291,14 @@ def test_check_reports_a_lazy_object_that_does_not_import(tmp_path):
 
 
 def test_unknown_name_also_names_plugins_that_failed(tmp_path):
-    path = make_dist(tmp_path, "alilama-brokenscheme", "brokenscheme_plugin", """
+    path = make_dist(
+        tmp_path,
+        "alilama-brokenscheme",
+        "brokenscheme_plugin",
+        """
         raise ImportError("a dependency of this plugin is missing")
-    """)
+    """,
+    )
     result = run_cli("model", "info", "model.positional=missing-scheme", pythonpath=path)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "unknown positional 'missing-scheme'" in result.stderr

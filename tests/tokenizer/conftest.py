@@ -75,7 +75,6 @@ def minbpe_encode(text: str, merges: list[tuple[int, int]]) -> list[int]:
     return out
 
 
-
 @pytest.fixture(scope="session")
 def minbpe() -> SimpleNamespace:
     """``minbpe.merges(text, vocab_size)`` and ``minbpe.encode(text, merges)``."""

@@ -40,8 +40,10 @@ def test_every_code_point_splits_alike_in_both_backends():
         native, ref = _backend.native.split(text), reference.split(text)
         if native != ref:
             first = next(k for k, (x, y) in enumerate(zip(native, ref)) if x != y)
-            pytest.fail(f"splits differ near U+{block[0]:04X}..U+{block[-1]:04X}: {native[first:first + 3]} vs "
-                        f"{ref[first:first + 3]}")
+            pytest.fail(
+                f"splits differ near U+{block[0]:04X}..U+{block[-1]:04X}: {native[first : first + 3]} vs "
+                f"{ref[first : first + 3]}"
+            )
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +154,7 @@ MULTILINGUAL = [
     "   leading spaces, trailing spaces   \n\n\r\n  \t\t x  \u00a0\u3000y\n",
     "Digits 0 12 345 6789 ٣٤٥ ⅫⅢ ①②③ 0x1F 3.14159e-10",
     "I'm He'LL we'VE they'Re it'S isn'T I'D 'ſ 'Ll DON'T",
-    "Egyptian \U00013460:A, Cyrillic \u1c89x, CJK ext. \U0002EBF0 \U00031350 letters",
+    "Egyptian \U00013460:A, Cyrillic \u1c89x, CJK ext. \U0002ebf0 \U00031350 letters",
 ]
 
 
@@ -168,8 +170,10 @@ def test_cl100k_merges_encode_to_tiktokens_ids(cl100k, stories, book, tricky):
 def test_cl100k_special_tokens_keep_tiktokens_ids(cl100k):
     tok, enc, to_rank = cl100k
     assert tok.special_tokens["<|endoftext|>"] == 100257 and tok.special_tokens["<|endofprompt|>"] == 100276
-    text = ("<|endoftext|>Hello world, one document\n<|endoftext|>And another one\n<|endoftext|>"
-            "<|fim_prefix|>This one has<|fim_suffix|> FIM tokens.<|fim_middle|> here\n<|endofprompt|> 👋")
+    text = (
+        "<|endoftext|>Hello world, one document\n<|endoftext|>And another one\n<|endoftext|>"
+        "<|fim_prefix|>This one has<|fim_suffix|> FIM tokens.<|fim_middle|> here\n<|endofprompt|> 👋"
+    )
     ids = tok.encode(text, allowed_special="all")
     assert [to_rank.get(i, i) for i in ids] == enc.encode(text, allowed_special="all")
     assert tok.decode(ids) == text

@@ -57,7 +57,7 @@ def _pool(rng: random.Random) -> list[str]:
     pool += list("0123456789٠١٢३४५ⅫⅠ½²")
     pool += list("'''") + list("sdmtlvreSDMTLVREſ")  # contractions in both cases
     pool += ["\r\n", "\r", "\n", "\n\n", "  ", " ", "\t"]
-    pool += list("abcXYZ.,;:!?-—()[]{}<>\"“”")
+    pool += list('abcXYZ.,;:!?-—()[]{}<>"“”')
     return pool
 
 

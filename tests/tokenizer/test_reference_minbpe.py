@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from alilama_bpe import reference
 
+
 def test_reference_doctests():
     assert doctest.testmod(reference).failed == 0
 
@@ -74,9 +75,7 @@ def test_several_texts_act_like_their_concatenation_at_safe_cuts(bpe, minbpe):
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    words=st.lists(
-        st.text(alphabet="ab c\n'1é", min_size=1, max_size=12), min_size=1, max_size=40
-    ),
+    words=st.lists(st.text(alphabet="ab c\n'1é", min_size=1, max_size=12), min_size=1, max_size=40),
     vocab=st.integers(min_value=257, max_value=256 + 40),
 )
 def test_merges_equal_minbpe_on_generated_text(bpe, minbpe, words, vocab):

@@ -23,7 +23,11 @@ native = pytest.mark.skipif(_backend.native is None, reason=f"native BPE backend
 def _run(code: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code), *args],
-        capture_output=True, text=True, timeout=timeout, cwd=REPO, check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        check=False,
     )
 
 
@@ -61,7 +65,8 @@ def test_crafted_model_with_ever_longer_tokens_is_refused_in_bounded_memory(tmp_
             print("refused", time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
             print(e)
         """,
-        str(path), backend,
+        str(path),
+        backend,
     )
     assert out.returncode == 0, out.stderr
     verdict, message = out.stdout.splitlines()[:2]
@@ -157,16 +162,23 @@ def test_resaving_swaps_the_folder_and_keeps_foreign_files(tmp_path, small):
 def test_save_while_another_process_writes_names_its_pid(tmp_path, small):
     out = tmp_path / "tok"
     holder = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(
-            """
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                """
             import sys, time
             from alilama_core.files import exclusive_lock
             with exclusive_lock(sys.argv[1], what="tokenizer folder"):
                 print("locked", flush=True)
                 time.sleep(30)
             """
-        ), str(out)],
-        stdout=subprocess.PIPE, text=True, cwd=REPO,
+            ),
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
     )
     try:
         assert holder.stdout.readline().strip() == "locked"
@@ -198,8 +210,13 @@ def test_concurrent_saves_never_mix_files(tmp_path, small):
         """
     small.save(tmp_path / "src")
     procs = [
-        subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), str(tmp_path / "src"), str(out), str(n)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+        subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(code), str(tmp_path / "src"), str(out), str(n)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
         for n in (50, 120)
     ]
     for p in procs:
@@ -283,8 +300,9 @@ def test_failures_in_worker_threads_come_back_as_python_errors(tmp_path, small):
 # ---------------------------------------------------------------- Hugging Face export
 
 
-@pytest.mark.parametrize("specials", [{"<|endoftext|>": 300}, {"<|endoftext|>": 310, "<|pad|>": 400},
-                                      {"<|pad|>": 298, "<|endoftext|>": 299}])
+@pytest.mark.parametrize(
+    "specials", [{"<|endoftext|>": 300}, {"<|endoftext|>": 310, "<|pad|>": 400}, {"<|pad|>": 298, "<|endoftext|>": 299}]
+)
 def test_hf_export_keeps_special_ids_with_gaps(tmp_path, stories, specials):
     tokenizers = pytest.importorskip("tokenizers")
     transformers = pytest.importorskip("transformers")
@@ -292,8 +310,11 @@ def test_hf_export_keeps_special_ids_with_gaps(tmp_path, stories, specials):
     tok = BPETokenizer(base.merges, specials)
     tok.save(tmp_path)
     tok.save_hf(tmp_path)
-    text = "Once upon a time<|endoftext|> a cat<|pad|> sat.<|endoftext|>" if "<|pad|>" in specials else \
-        "Once upon a time<|endoftext|> a cat sat.<|endoftext|>"
+    text = (
+        "Once upon a time<|endoftext|> a cat<|pad|> sat.<|endoftext|>"
+        if "<|pad|>" in specials
+        else "Once upon a time<|endoftext|> a cat sat.<|endoftext|>"
+    )
     ours = tok.encode(text, allowed_special="all")
     hf = tokenizers.Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
     assert hf.encode(text).ids == ours

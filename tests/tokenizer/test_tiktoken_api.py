@@ -62,8 +62,14 @@ def test_alilama_names_for_the_usual_cases(bpe, pair):
 def test_encode_bytes_takes_any_bytes(bpe, pair):
     merges, specials, enc = pair
     tok = bpe(merges, specials)
-    for data in [b"", b"hello world", "naïve 😉 <|endoftext|>".encode(), b"\xff\xfe ab\xe0\xa0cd \xed\xa0\x80!",
-                 "é".encode()[:1] + b" tail", bytes(range(256))]:
+    for data in [
+        b"",
+        b"hello world",
+        "naïve 😉 <|endoftext|>".encode(),
+        b"\xff\xfe ab\xe0\xa0cd \xed\xa0\x80!",
+        "é".encode()[:1] + b" tail",
+        bytes(range(256)),
+    ]:
         ids = tok.encode_bytes(data)
         assert tok.decode_bytes(ids) == data
         try:

@@ -96,8 +96,9 @@ def test_tokenizer_mismatch_is_detected(data_dir, tmp_path):
     shutil.copytree(data_dir, copy)
     from alilama_core.registry import get_tokenizer
 
-    other = get_tokenizer("bpe").train(["a different corpus, a different tokenizer"] * 5, 270,
-                                       special_tokens=["<|endoftext|>"])
+    other = get_tokenizer("bpe").train(
+        ["a different corpus, a different tokenizer"] * 5, 270, special_tokens=["<|endoftext|>"]
+    )
     other.save(copy / "tokenizer")
     with pytest.raises(DataError, match="does not match the one the data was prepared with"):
         TokenData(copy)
@@ -122,8 +123,10 @@ def test_download_uses_the_hub_cache_offline(tmp_path, monkeypatch):
     snapshot.mkdir(parents=True)
     blobs = repo / "blobs"
     blobs.mkdir()
-    for name, text in [("TinyStoriesV2-GPT4-train.txt", "Once.\n<|endoftext|>\n"),
-                       ("TinyStoriesV2-GPT4-valid.txt", "Twice.\n<|endoftext|>\n")]:
+    for name, text in [
+        ("TinyStoriesV2-GPT4-train.txt", "Once.\n<|endoftext|>\n"),
+        ("TinyStoriesV2-GPT4-valid.txt", "Twice.\n<|endoftext|>\n"),
+    ]:
         blob = blobs / f"{abs(hash(name)):040x}"[:40]
         blob.write_text(text)
         (snapshot / name).symlink_to(f"../../blobs/{blob.name}")

@@ -62,7 +62,9 @@ def test_training_lowers_the_loss_and_writes_the_run_folder(data_dir, tmp_path):
 
 
 def test_resume_gives_exactly_the_uninterrupted_losses(data_dir, tmp_path):
-    cfg = tiny(max_steps=12, checkpoint_every=100, eval_every=100, device="cpu")  # CUDA kernels may not be deterministic
+    cfg = tiny(
+        max_steps=12, checkpoint_every=100, eval_every=100, device="cpu"
+    )  # CUDA kernels may not be deterministic
     fit(cfg, data_dir, tmp_path / "straight")
     fit(cfg, data_dir, tmp_path / "split", stop_at=5)
     assert max(losses(tmp_path / "split")) == 5
@@ -81,7 +83,9 @@ def test_corrupt_checkpoint_falls_back_to_the_previous_one(data_dir, tmp_path, c
     weights = latest / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:100])  # truncated
     messages = []
-    DefaultTrainer(cfg, echo=messages.append, show_progress=False).fit(str(data_dir), str(tmp_path / "run"), resume=True)
+    DefaultTrainer(cfg, echo=messages.append, show_progress=False).fit(
+        str(data_dir), str(tmp_path / "run"), resume=True
+    )
     text = "\n".join(map(str, messages))
     assert "skipped corrupt checkpoints: step-00000009" in text and "resuming from step-00000006" in text
     assert max(losses(tmp_path / "run")) == 12
@@ -119,12 +123,29 @@ def test_corpus_shorter_than_a_window(data_dir, tmp_path):
 
 def test_sigint_writes_a_checkpoint_and_resume_continues(data_dir, tmp_path):
     run = tmp_path / "run"
-    args = ["train", "--preset", "tiny", "--data", str(data_dir), "--out", str(run), "--no-progress",
-            "train.max_steps=100000", "train.checkpoint_every=100000", "train.eval_every=100000"]
-    proc = subprocess.Popen([sys.executable, "-c", "from alilama_core.app.cli import main; main()", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    args = [
+        "train",
+        "--preset",
+        "tiny",
+        "--data",
+        str(data_dir),
+        "--out",
+        str(run),
+        "--no-progress",
+        "train.max_steps=100000",
+        "train.checkpoint_every=100000",
+        "train.eval_every=100000",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from alilama_core.app.cli import main; main()", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 120
-    while time.time() < deadline and not ((run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text().count("\n") >= 2):
+    while time.time() < deadline and not (
+        (run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text().count("\n") >= 2
+    ):
         time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
@@ -139,16 +160,39 @@ def test_sigint_writes_a_checkpoint_and_resume_continues(data_dir, tmp_path):
 
 
 def test_ddp_two_processes_match_one_process(data_dir, tmp_path):
-    common = ["--preset", "tiny", "--data", str(data_dir), "--no-progress", "train.max_steps=4",
-              "train.eval_every=100", "train.batch_size=8", "train.warmup_steps=1",
-              "train.device=cpu"]  # two processes on CPU (gloo), also on a machine with one GPU
+    common = [
+        "--preset",
+        "tiny",
+        "--data",
+        str(data_dir),
+        "--no-progress",
+        "train.max_steps=4",
+        "train.eval_every=100",
+        "train.batch_size=8",
+        "train.warmup_steps=1",
+        "train.device=cpu",
+    ]  # two processes on CPU (gloo), also on a machine with one GPU
     single = run_cli("train", "--out", str(tmp_path / "one"), *common)
     assert single.returncode == 0, single.stderr
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     ddp = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29517",
-         "-m", "alilama_core", "train", "--out", str(tmp_path / "two"), *common],
-        capture_output=True, text=True, env=env, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node=2",
+            "--master_port=29517",
+            "-m",
+            "alilama_core",
+            "train",
+            "--out",
+            str(tmp_path / "two"),
+            *common,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
     )
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     one, two = losses(tmp_path / "one"), losses(tmp_path / "two")

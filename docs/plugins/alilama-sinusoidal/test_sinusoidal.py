@@ -11,8 +11,16 @@ def test_registered_through_the_entry_point():
 
 
 def test_model_builds_and_runs_past_the_context():
-    config = ModelConfig(vocab_size=50, d_model=16, n_layers=1, n_heads=2, d_mlp=32,
-                         context_length=8, positional="sinusoidal", attention="sdpa")
+    config = ModelConfig(
+        vocab_size=50,
+        d_model=16,
+        n_layers=1,
+        n_heads=2,
+        d_mlp=32,
+        context_length=8,
+        positional="sinusoidal",
+        attention="sdpa",
+    )
     model = build_model(config)
     assert model(torch.zeros(1, 20, dtype=torch.long)).shape == (1, 20, 50)
 
