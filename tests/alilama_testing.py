@@ -58,6 +58,19 @@ def run_cli(*args: str, env: dict | None = None, timeout: int = 600) -> subproce
     )
 
 
+def run_ddp(out: Path, args: list[str], port: int, timeout: int = 600) -> subprocess.CompletedProcess:
+    """``alilama train --out OUT ARGS`` in two processes under torchrun (gloo on CPU, one thread each)."""
+    return subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", f"--master_port={port}"]
+        + ["-m", "alilama_core", "train", "--out", str(out), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        timeout=timeout,
+    )
+
+
 def losses(run: Path) -> dict[int, float]:
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line]
-    return {r["step"]: r["train_loss"] for r in rows}
+    """Training loss by step from a run's metrics.jsonl."""
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return {r["step"]: r["train_loss"] for r in rows if "train_loss" in r}

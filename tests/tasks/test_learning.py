@@ -13,6 +13,7 @@ from alilama_core.app.cli import get_app
 from alilama_core.checkpoint import load_run
 from alilama_core.registry import get_trainer
 from alilama_core.tasks import evaluate_task, get_task
+from alilama_testing import losses, run_ddp
 
 runner = CliRunner()
 
@@ -127,11 +128,6 @@ def test_attention_pictures_label_task_symbols(tmp_path):
     assert '"tokens":["2","1","0","=","0","1","2"]' in page  # each token labelled by its symbol
 
 
-def _losses(run) -> dict[int, float]:
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return {r["step"]: r["train_loss"] for r in rows if "train_loss" in r}
-
-
 SHORT = [*TINY, "train.max_steps=4", "train.log_every=1", "train.batch_size=8", "model.positional=rope"]
 
 
@@ -142,7 +138,7 @@ def test_accumulation_gives_the_global_mean_over_answer_tokens(tmp_path):
         get_trainer("default")(cfg.validate(), echo=lambda *a, **k: None, show_progress=False).fit(
             "", str(tmp_path / name), overwrite=True
         )
-    one, acc = _losses(tmp_path / "one"), _losses(tmp_path / "acc")
+    one, acc = losses(tmp_path / "one"), losses(tmp_path / "acc")
     assert one.keys() == acc.keys() == {1, 2, 3, 4}
     for step in one:
         assert acc[step] == pytest.approx(one[step], rel=1e-5)
@@ -150,10 +146,6 @@ def test_accumulation_gives_the_global_mean_over_answer_tokens(tmp_path):
 
 @pytest.mark.slow
 def test_ddp_two_processes_match_one_process(tmp_path):
-    import os
-    import subprocess
-    import sys
-
     common = [
         "--preset",
         "tiny",
@@ -164,28 +156,9 @@ def test_ddp_two_processes_match_one_process(tmp_path):
     ]
     single = runner.invoke(get_app(), ["train", "--out", str(tmp_path / "one"), *common])
     assert single.exit_code == 0, single.output
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    ddp = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node=2",
-            "--master_port=29531",
-            "-m",
-            "alilama_core",
-            "train",
-            "--out",
-            str(tmp_path / "two"),
-            *common,
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    ddp = run_ddp(tmp_path / "two", common, port=29531)
     assert ddp.returncode == 0, ddp.stderr[-3000:]
-    one, two = _losses(tmp_path / "one"), _losses(tmp_path / "two")
+    one, two = losses(tmp_path / "one"), losses(tmp_path / "two")
     assert one.keys() == two.keys()
     for step in one:
         assert two[step] == pytest.approx(one[step], rel=1e-4)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -19,7 +18,7 @@ from alilama_core.data import DataError
 from alilama_core.errors import AlilamaError
 from alilama_trainers.trainer import DefaultTrainer, lr_at
 
-from alilama_testing import losses, run_cli
+from alilama_testing import losses, run_cli, run_ddp
 
 
 def tiny(**train):
@@ -174,26 +173,7 @@ def test_ddp_two_processes_match_one_process(data_dir, tmp_path):
     ]  # two processes on CPU (gloo), also on a machine with one GPU
     single = run_cli("train", "--out", str(tmp_path / "one"), *common)
     assert single.returncode == 0, single.stderr
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    ddp = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--nproc_per_node=2",
-            "--master_port=29517",
-            "-m",
-            "alilama_core",
-            "train",
-            "--out",
-            str(tmp_path / "two"),
-            *common,
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    ddp = run_ddp(tmp_path / "two", common, port=29517)
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     one, two = losses(tmp_path / "one"), losses(tmp_path / "two")
     assert one.keys() == two.keys()
