@@ -201,17 +201,33 @@ def test_resize_token_embeddings(folders, tok, name):
     torch.testing.assert_close(after[..., :v], before, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("every_n_layers", [1, 2])
 @pytest.mark.parametrize("name", MODELS)
-def test_gradient_checkpointing_gives_the_same_gradients(folders, tok, name):
+def test_gradient_checkpointing_gives_the_same_gradients(folders, tok, name, every_n_layers):
+    """As the Trainer enables it (``activation_checkpointing_enable``), every layer or every other one.
+
+    The layers really are recomputed in the backward pass (counted), and the
+    gradients do not change.
+    """
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
     ids = tok(PROMPT * 2, return_tensors="pt").input_ids
-    grads = []
+    grads, calls = [], []
     for checkpointing in (False, True):
         model = load(folders, name).train()
         if checkpointing:
-            model.gradient_checkpointing_enable()
-            assert model.is_gradient_checkpointing
+            model.activation_checkpointing_enable(every_n_layers=every_n_layers)
+            assert model.is_activation_checkpointing
+        layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+        count = [0]
+        for layer in layers:  # a hook inside the layer: transformers keeps the layer's own hooks out of the replay
+            next(layer.children()).register_forward_hook(lambda *_: count.__setitem__(0, count[0] + 1))
         model(ids, labels=ids).loss.backward()
+        calls.append((len(layers), count[0]))
         grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    (n_layers, plain), (_, recomputed) = calls
+    assert n_layers >= 2 and plain == n_layers
+    assert recomputed == n_layers + len(range(0, n_layers, every_n_layers))  # checkpointed layers run twice
     assert grads[0].keys() == grads[1].keys() and grads[0]
     for n in grads[0]:
         torch.testing.assert_close(grads[1][n], grads[0][n], rtol=1e-5, atol=1e-6)
