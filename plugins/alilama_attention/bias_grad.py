@@ -5,7 +5,7 @@ mask needs no gradient; a learnable bias (a scheme whose parameters require
 grad) sends it down the unfused math path, which builds and keeps every
 ``(B, H, T, S)`` probability. ``LearnableMaskAttention`` keeps the fused kernel
 for the forward pass and for ``dq, dk, dv``, and gets the mask's gradient from
-one native pass (``native/bias_grad.cpp``) that recomputes the probabilities
+one native pass (``native/bias_grad.hpp``) that recomputes the probabilities
 from the forward's log-sum-exp and sums them over the batch in registers:
 
     dS = P * (dout @ v^T - rowsum(dout * out)),   P = exp(scale * q @ k^T + mask - lse)

@@ -99,6 +99,17 @@ def test_strided_inputs_as_the_model_passes_them():
         assert_close(a, w.float(), rtol=1e-4, atol=2e-5)
 
 
+def test_a_summed_output_gives_an_expanded_gradient():
+    """``out.sum()`` hands the backward a gradient with zero strides; it is read as the ones it stands for."""
+    q, k, v = (torch.randn(2, 3, 9, 8, requires_grad=True) for _ in range(3))
+    bias, mask = _mask(2, 3, 9, 9, causal=True, padded=False, seed=2)
+    out = bias_grad.LearnableMaskAttention.apply(q, k, v, mask, True)
+    got = torch.autograd.grad(out.sum(), (q, k, v, bias), retain_graph=True)
+    want = torch.autograd.grad(_reference(q, k, v, mask).sum(), (q, k, v, bias))
+    for a, w in zip(got, want):
+        assert_close(a, w.float(), rtol=1e-4, atol=2e-5)
+
+
 @pytest.mark.parametrize(
     "change,why",
     [
