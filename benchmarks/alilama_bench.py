@@ -67,3 +67,18 @@ def peak_memory_mib(fn: Callable[[], object]) -> float:
         return (_status_kib("VmHWM") - base) / 1024
     finally:
         _measuring_allocations(False)
+
+
+def hf_greedy_runner(hf, prompt: list[int], new_tokens: int) -> Callable[[], list[int]]:
+    """A call of transformers' ``generate()`` on ``hf``: greedy, batch 1, returning the new token ids."""
+    import torch
+
+    ids = torch.tensor([prompt])
+    mask = torch.ones_like(ids)
+
+    def run():
+        with torch.no_grad():
+            out = hf.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=False)
+        return out[0, len(prompt) :].tolist()
+
+    return run

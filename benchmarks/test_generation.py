@@ -26,7 +26,7 @@ import time
 import pytest
 import torch
 
-from alilama_bench import FULL
+from alilama_bench import FULL, hf_greedy_runner
 from alilama_core import build_model
 from alilama_core.config import Config, preset
 
@@ -98,23 +98,11 @@ def _alilama(model, prompt):
     return lambda: generate(model, [prompt], settings, eot_id=None)[0]
 
 
-def _transformers(hf, prompt):
-    ids = torch.tensor([prompt])
-    mask = torch.ones_like(ids)
-
-    def run():
-        with torch.no_grad():
-            out = hf.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False)
-        return out[0, len(prompt) :].tolist()
-
-    return run
-
-
 def test_generate_default_beside_backends_and_transformers(benchmark, models):
     """Tokens per second of every runner, round-robin; ``auto`` is the benchmarked one."""
     name, cfg, alilama_models, hf, prompt = models
     runners = {backend: _alilama(model, prompt) for backend, model in alilama_models.items()}
-    runners["transformers-generate"] = _transformers(hf, prompt)
+    runners["transformers-generate"] = hf_greedy_runner(hf, prompt, NEW_TOKENS)
     outputs = {runner: fn() for runner, fn in runners.items()}  # warm-up, and the tokens to compare
     reference = outputs["auto"]
     for runner, tokens in outputs.items():

@@ -19,7 +19,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from alilama_bench import FULL
+from alilama_bench import FULL, hf_greedy_runner
 from alilama_core import build_model, preset
 
 pytest.importorskip("transformers")
@@ -58,21 +58,9 @@ def runners(tmp_path_factory):
     for name, folder in folders.items():
         hf = AutoModelForCausalLM.from_pretrained(folder).eval()
         hf.generation_config.eos_token_id = None  # run to max_new_tokens, like Alilama with eot_id=None
-        out[name] = _hf_runner(hf, prompt)
+        out[name] = hf_greedy_runner(hf, prompt, NEW_TOKENS)
     assert type(AutoModelForCausalLM.from_pretrained(folders["transformers-mpt-native"])).__name__ == "MptForCausalLM"
     return out
-
-
-def _hf_runner(hf, prompt):
-    ids = torch.tensor([prompt])
-    mask = torch.ones_like(ids)
-
-    def run():
-        with torch.no_grad():
-            out = hf.generate(ids, attention_mask=mask, max_new_tokens=NEW_TOKENS, do_sample=False)
-        return out[0, len(prompt) :].tolist()
-
-    return run
 
 
 @pytest.mark.parametrize("name", RUNNERS)
