@@ -67,16 +67,19 @@ def exclusive_lock(folder: str | os.PathLike[str], what: str = "folder") -> Iter
             ...  # write the run
 
     The lock is released when the block ends or the process dies (the operating
-    system drops it); the small lock files stay behind and are harmless.
+    system drops it); the small lock files stay behind and are harmless. A
+    parent folder that cannot be written raises ``OutputError`` naming it.
     """
     from filelock import FileLock, Timeout
 
+    from alilama_core.outputs import OutputError
+
     folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
     lock_path = folder.parent / f".{folder.name}.lock"
     owner = folder.parent / f".{folder.name}.lock.pid"
     lock = FileLock(str(lock_path), timeout=0)
     try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
         lock.acquire()
     except Timeout:
         try:
@@ -87,6 +90,8 @@ def exclusive_lock(folder: str | os.PathLike[str], what: str = "folder") -> Iter
             f"{what} {str(folder)!r} is being written by another process (PID {holder}); "
             f"wait for it to finish or stop it, then try again"
         ) from None
+    except OSError as exc:
+        raise OutputError(f"cannot write the {what} {str(folder)!r}: {exc.strerror or exc}") from None
     try:
         owner.write_text(f"{os.getpid()}\n", encoding="utf-8")
         yield folder

@@ -804,3 +804,15 @@ def test_every_case_is_listed_in_the_docs():
     page = (ROOT / "docs" / "what-happens-when.md").read_text(encoding="utf-8")
     missing = [c.name for c in CASES if c.name not in page]
     assert not missing, missing
+
+
+def test_a_lock_where_nothing_can_be_written_names_the_folder(tmp_path):
+    """The folder lock itself reports a parent it cannot create (check_output usually catches it first)."""
+    from alilama_core.files import exclusive_lock
+    from alilama_core.outputs import OutputError
+
+    (tmp_path / "a-file").write_text("mine")
+    with pytest.raises(OutputError, match=r"cannot write the data folder '.*a-file/data'"):
+        with exclusive_lock(tmp_path / "a-file" / "data", "data folder"):
+            pass
+    assert (tmp_path / "a-file").read_text() == "mine"

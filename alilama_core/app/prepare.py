@@ -36,7 +36,7 @@ import numpy as np
 from alilama_core.data import META, SEPARATOR, DataError, token_dtype, tokenizer_hash
 from alilama_core.errors import TokenizerError
 from alilama_core.files import exclusive_lock
-from alilama_core.outputs import OutputError, check_output, mark, new_folder_beside, stale_beside, swap_in
+from alilama_core.outputs import check_output, mark, new_folder_beside, stale_beside, swap_in
 
 ERRORS = ("strict", "replace", "ignore")
 PIECE_CHARS = 1 << 20
@@ -242,12 +242,7 @@ def prepare(
     eot = tokenizer.eot_id
     if eot is None:
         raise TokenizerError("the tokenizer has no <|endoftext|> token; train it with --special '<|endoftext|>'")
-    try:
-        lock = exclusive_lock(out, "data folder")
-        lock.__enter__()
-    except OSError as exc:
-        raise OutputError(f"cannot write the data folder {str(out)!r}: {exc.strerror or exc}") from None
-    try:
+    with exclusive_lock(out, "data folder"):
         check_output(out, "data", overwrite, inputs=[*inputs, str(tokenizer_dir)])  # again, under the lock
         for stale in stale_beside(out):
             shutil.rmtree(stale, ignore_errors=True)
@@ -273,8 +268,6 @@ def prepare(
         except BaseException:
             shutil.rmtree(work, ignore_errors=True)
             raise
-    finally:
-        lock.__exit__(None, None, None)
 
 
 def _encode_into(
