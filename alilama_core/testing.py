@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import tempfile
 import types
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -100,6 +100,20 @@ def tiny_model_config(**overrides: Any):
     )
     base.update(overrides)
     return ModelConfig(**base)
+
+
+def _check_twins(what: str, ref, other, x, logits_differ: str, gradient_differs: Callable[[str], str]) -> None:
+    """``other`` gives ``ref``'s logits on ``x`` and, after a backward pass, its parameter gradients."""
+    import torch
+
+    a, b = ref(x), other(x)
+    if not torch.allclose(a, b, atol=1e-4, rtol=1e-4):
+        raise _fail(what, f"{logits_differ} (max {(a - b).abs().max():.2e})")
+    a.float().logsumexp(-1).mean().backward()
+    b.float().logsumexp(-1).mean().backward()
+    for (pname, pa), (_, pb) in zip(ref.named_parameters(), other.named_parameters()):
+        if pa.grad is not None and not torch.allclose(pa.grad, pb.grad, atol=1e-4, rtol=1e-3):
+            raise _fail(what, gradient_differs(pname))
 
 
 def _twins(config, attention: str):
@@ -274,14 +288,14 @@ def check_positional_scheme(
                 continue
             ref, other = _twins(config, backend)
             xs = torch.randint(0, config.vocab_size, (2, 12))
-            a, b = ref(xs), other(xs)
-            if not torch.allclose(a, b, atol=1e-4, rtol=1e-4):
-                raise _fail(what, f"{backend!r} logits differ from eager (max {(a - b).abs().max():.2e})")
-            a.float().logsumexp(-1).mean().backward()
-            b.float().logsumexp(-1).mean().backward()
-            for (pname, pa), (_, pb) in zip(ref.named_parameters(), other.named_parameters()):
-                if pa.grad is not None and not torch.allclose(pa.grad, pb.grad, atol=1e-4, rtol=1e-3):
-                    raise _fail(what, f"{backend!r} gradient of {pname} differs from eager")
+            _check_twins(
+                what,
+                ref,
+                other,
+                xs,
+                f"{backend!r} logits differ from eager",
+                lambda pname: f"{backend!r} gradient of {pname} differs from eager",
+            )
             done.append(f"{backend} == eager")
 
         # Save and load: the weights (the scheme's parameters included) come back.
@@ -347,14 +361,14 @@ def check_attention_backend(
             continue
         ref, other = _twins(config, backend)
         x = torch.randint(0, config.vocab_size, (2, 12))
-        a, b = ref(x), other(x)
-        if not torch.allclose(a, b, atol=1e-4, rtol=1e-4):
-            raise _fail(what, f"logits with {scheme!r} differ from eager (max {(a - b).abs().max():.2e})")
-        a.float().logsumexp(-1).mean().backward()
-        b.float().logsumexp(-1).mean().backward()
-        for (pname, pa), (_, pb) in zip(ref.named_parameters(), other.named_parameters()):
-            if pa.grad is not None and not torch.allclose(pa.grad, pb.grad, atol=1e-4, rtol=1e-3):
-                raise _fail(what, f"gradient of {pname} with {scheme!r} differs from eager")
+        _check_twins(
+            what,
+            ref,
+            other,
+            x,
+            f"logits with {scheme!r} differ from eager",
+            lambda pname: f"gradient of {pname} with {scheme!r} differs from eager",
+        )
         ref.eval()
         other.eval()
         with torch.no_grad():

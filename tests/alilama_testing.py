@@ -11,23 +11,14 @@ from pathlib import Path
 import torch
 
 from alilama_core import ModelConfig, build_model
+from alilama_core.testing import tiny_model_config
 
 SCHEMES = ["alibi", "rope", "learned", "nope"]
 
 
 def tiny_config(**overrides) -> ModelConfig:
-    base = dict(
-        vocab_size=97,
-        d_model=32,
-        n_layers=2,
-        n_heads=4,
-        d_mlp=64,
-        context_length=1024,
-        positional="alibi",
-        attention="eager",
-    )
-    base.update(overrides)
-    return ModelConfig(**base)
+    """The conformance kit's tiny model (2 layers, 4 heads of 8), with room for 1,024 positions."""
+    return tiny_model_config(**{"vocab_size": 97, "context_length": 1024, **overrides})
 
 
 def twin_models(positional: str, attention: str, **overrides):
