@@ -17,6 +17,7 @@ for q, k and v, a 4-D mask with a head axis, and the native module built.
 from __future__ import annotations
 
 import ctypes
+import functools
 
 import torch
 from torch import Tensor
@@ -27,12 +28,14 @@ except ImportError:  # a source tree without the native build: the math path run
     _kernels = None
 
 
+@functools.cache
 def _torch_openmp_parallel() -> int:
     """The address of ``GOMP_parallel`` in the GNU OpenMP runtime PyTorch runs on (0: none).
 
     The native pass then runs on PyTorch's own worker threads: those spin for a
     few milliseconds after each parallel region, and threads of its own would
-    have to share the cores with them (about 2x slower on two cores).
+    have to share the cores with them (about 2x slower on two cores). Looked up
+    on the first bias gradient, not at import: most processes never need it.
     """
     if _kernels is None or "OpenMP" not in torch.__config__.parallel_info():
         return 0
@@ -49,7 +52,6 @@ def _torch_openmp_parallel() -> int:
         return 0
 
 
-_GOMP_PARALLEL = _torch_openmp_parallel()
 _flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 _flash_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
 
@@ -85,7 +87,7 @@ def mask_grad(q, k, v, out, lse, dout, mask, causal: bool, scale: float) -> Tens
     grad = torch.empty(mask.shape, dtype=torch.float32)
     rows_and_strides = [a for x in rows for a in (x.data_ptr(), list(x.stride()[:3]))]
     sizes = (b, h, t, s, d, mask.size(0) > 1, causal, scale)
-    threads = (torch.get_num_threads(), _GOMP_PARALLEL)
+    threads = (torch.get_num_threads(), _torch_openmp_parallel())
     _kernels.mask_grad(*rows_and_strides, lse.data_ptr(), mask.data_ptr(), grad.data_ptr(), *sizes, *threads)
     return grad
 

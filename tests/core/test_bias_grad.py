@@ -58,10 +58,10 @@ CASES = [  # (B, H, T, S, D, causal, padded)
 @pytest.mark.parametrize("b,h,t,s,d,causal,padded", CASES)
 def test_gradients_match_float64_autograd(b, h, t, s, d, causal, padded, threads, runtime, monkeypatch):
     """On PyTorch's OpenMP workers (where found) and on threads of the kernel's own."""
-    if runtime == "torch-openmp" and not bias_grad._GOMP_PARALLEL:
+    if runtime == "torch-openmp" and not bias_grad._torch_openmp_parallel():
         pytest.skip("PyTorch runs on no GNU OpenMP runtime here: the kernel starts its own threads")
     if runtime == "own-threads":
-        monkeypatch.setattr(bias_grad, "_GOMP_PARALLEL", 0)
+        monkeypatch.setattr(bias_grad, "_torch_openmp_parallel", lambda: 0)
     g = torch.Generator().manual_seed(b * 1000 + t)
     q = torch.randn(b, h, t, d, generator=g, requires_grad=True)
     k = torch.randn(b, h, s, d, generator=g, requires_grad=True)
