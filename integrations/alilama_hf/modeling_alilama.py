@@ -4,8 +4,10 @@ The same math as ``alilama_core.model`` for every built-in positional scheme:
 token embedding (+ a learned position table) -> N x [x + Attn(LN(x)),
 x + MLP(LN(x))] -> LN -> head tied to the embedding; exact GELU; ALiBi, RoPE
 (GPT-NeoX half rotation), learned absolute positions, or none. A positional
-scheme from a plugin runs from the standalone module the export copied
-beside this file (``config.positional_module``), loaded by name.
+scheme from a plugin runs from its standalone module: as remote code, the one the
+export copied beside this file (``config.positional_module``); in-process, only
+the installed plugin's own (a model folder's files are never imported without
+``trust_remote_code=True``).
 
 Attention is ``softmax(Q K^T / sqrt(D) + bias + mask) V`` through transformers'
 attention-function interface: ``eager`` (spelt out here, returns the
@@ -143,6 +145,9 @@ class AlilamaRotaryEmbedding(nn.Module):
 
 
 _PLUGIN_SCHEMES: dict[str, type] = {}
+# True when this file runs as the package ``alilama_hf`` (Alilama installed), False when transformers
+# loaded it as remote code from a model folder, which it does only under ``trust_remote_code=True``.
+_IN_PROCESS = __name__.startswith("alilama_hf.")
 
 
 def register_positional_class(module_name: str, cls: type) -> None:
@@ -151,15 +156,28 @@ def register_positional_class(module_name: str, cls: type) -> None:
 
 
 def _plugin_scheme_class(config: AlilamaConfig) -> type:
-    """The class ``config.positional_class`` from the file ``config.positional_module``.py beside this one."""
-    name = config.positional_module
+    """The standalone class of the plugin scheme ``config.positional``.
+
+    Code from a model folder runs only under the user's trust: as remote code
+    (``trust_remote_code=True``), the class comes from the file
+    ``config.positional_module``.py of the folder or repository, through
+    transformers' own dynamic-module machinery. In-process (Alilama installed,
+    no remote code), it comes only from the installed plugin that registers
+    ``config.positional``; no file of the model's folder is ever imported.
+    """
+    name, cls_name = config.positional_module, config.positional_class
+    for what, value in (("positional_module", name), ("positional_class", cls_name)):
+        if not (isinstance(value, str) and value.isidentifier()):
+            raise ValueError(f"config.{what} must be a Python identifier, got {value!r}")
     if name in _PLUGIN_SCHEMES:
         return _PLUGIN_SCHEMES[name]
+    if _IN_PROCESS:
+        return _installed_scheme_class(config)
     import importlib
 
     package = __name__.rpartition(".")[0]
     try:  # copied beside this file (a local folder, or fetched with it)
-        return getattr(importlib.import_module(f"{package}.{name}"), config.positional_class)
+        return getattr(importlib.import_module(f"{package}.{name}"), cls_name)
     except ImportError:
         pass
     from transformers.dynamic_module_utils import get_class_from_dynamic_module
@@ -171,7 +189,35 @@ def _plugin_scheme_class(config: AlilamaConfig) -> type:
             "model's folder or repository: use from_pretrained"
         )
     revision = getattr(config, "_commit_hash", None)
-    return get_class_from_dynamic_module(f"{name}.{config.positional_class}", source, revision=revision)
+    return get_class_from_dynamic_module(f"{name}.{cls_name}", source, revision=revision)
+
+
+_TRUST_HINT = (
+    "To run the module shipped in the model's folder instead (only if you trust its author), load it with "
+    "trust_remote_code=True in a Python that has not imported alilama_hf"
+)
+
+
+def _installed_scheme_class(config: AlilamaConfig) -> type:
+    """The standalone class of an installed plugin scheme (the module the export would copy)."""
+    import importlib
+
+    export = importlib.import_module("alilama_hf.export")  # by name: remote code never reaches this
+    errors = importlib.import_module("alilama_core.errors")
+    try:
+        name, cls_name, _ = export.plugin_module(config.positional)
+    except errors.AlilamaError as exc:
+        raise ValueError(
+            f"positional scheme {config.positional!r} is not installed here ({exc}). Install the plugin "
+            "package that provides it. {_TRUST_HINT}"
+        ) from None
+    if (name, cls_name) != (config.positional_module, config.positional_class):
+        raise ValueError(
+            f"the installed scheme {config.positional!r} exports {name}.{cls_name}, but the model's config names "
+            f"{config.positional_module}.{config.positional_class}: the folder was not written by this plugin. "
+            f"{_TRUST_HINT}"
+        )
+    return _PLUGIN_SCHEMES[name]
 
 
 def build_positional(config: AlilamaConfig) -> nn.Module | None:
