@@ -209,7 +209,7 @@ def _installed_scheme_class(config: AlilamaConfig) -> type:
     except errors.AlilamaError as exc:
         raise ValueError(
             f"positional scheme {config.positional!r} is not installed here ({exc}). Install the plugin "
-            "package that provides it. {_TRUST_HINT}"
+            f"package that provides it. {_TRUST_HINT}"
         ) from None
     if (name, cls_name) != (config.positional_module, config.positional_class):
         raise ValueError(

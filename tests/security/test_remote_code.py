@@ -162,6 +162,7 @@ def test_crafted_names_are_refused_in_process(export, tmp_path, changes, phrase)
     report, marker = _load(folder, "false", "alilama", tmp_path)
     assert marker is None
     assert report["loaded"] is False and phrase in report["error"], report
+    assert "{" not in report["error"], report  # every message is filled in
 
 
 def test_the_installed_plugin_module_is_used_not_the_folders_copy(export, tmp_path):
