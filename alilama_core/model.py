@@ -26,6 +26,7 @@ from alilama_core.interfaces import (
     AttentionBias,
     AttentionCase,
     AttentionFn,
+    BiasCache,
     PositionalScheme,
     attention_backend,
     shape_class,
@@ -166,10 +167,12 @@ def _resolve(
     s: int,
     key_padding_mask: Tensor | None,
     routes: dict,
+    cache: BiasCache | None = None,
 ) -> _Attention:
     """The function every layer runs for a call on ``x`` ``(B, T, ...)`` over ``s`` keys.
 
-    A router (``auto``) is resolved once per shape class and remembered in ``routes``.
+    A router (``auto``) is resolved once per shape class and remembered in ``routes``;
+    ``cache`` keeps biases and masks between passes (the model's ``bias_cache``).
     """
     t = x.size(-2)
     if backend.resolve is not None:
@@ -185,7 +188,7 @@ def _resolve(
     else:
         chosen = backend
     # Built lazily: what a backend asks of it (slopes, bias, masks) is computed once for all layers.
-    bias = AttentionBias(positional, t, s, x.device, key_padding_mask) if chosen.shared_bias else None
+    bias = AttentionBias(positional, t, s, x.device, key_padding_mask, cache=cache) if chosen.shared_bias else None
     return _Attention(chosen.fn, bias, chosen.shared_bias)
 
 
@@ -229,6 +232,7 @@ class GPT(nn.Module):
                 "fix slopes() or set has_slopes = False"
             )
         self._routes: dict[tuple, AttentionBackend] = {}  # a router's choice per shape class
+        self.bias_cache = BiasCache()  # biases and masks kept between passes, for the scheme's current values
         self.tok_emb = nn.Embedding(config.vocab_size, config.d_model)
         self.dropout = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config, self.positional, self.backend) for _ in range(config.n_layers))
@@ -252,7 +256,7 @@ class GPT(nn.Module):
             else:
                 nn.init.ones_(p)
         self.positional.reset_parameters()
-        AttentionBias.clear(self.positional)
+        self.bias_cache.clear()
 
     def forward(
         self,
@@ -287,7 +291,9 @@ class GPT(nn.Module):
             x = x + self.positional.embed(positions)  # (B, T, C)
         x = self.dropout(x)
         head_dim = self.config.d_model // self.config.n_heads
-        attention = _resolve(self.backend, self.positional, x, head_dim, offset + T, key_padding_mask, self._routes)
+        attention = _resolve(
+            self.backend, self.positional, x, head_dim, offset + T, key_padding_mask, self._routes, self.bias_cache
+        )
         for i, block in enumerate(self.blocks):
             x = block(x, positions, cache, i, key_padding_mask, attention)  # (B, T, C)
         if logits_to_keep:

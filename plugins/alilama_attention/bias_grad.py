@@ -11,13 +11,17 @@ from the forward's log-sum-exp and sums them over the batch in registers:
     dS = P * (dout @ v^T - rowsum(dout * out)),   P = exp(scale * q @ k^T + mask - lse)
 
 ``supported()`` says when it applies: float32 tensors on the CPU, one head size
-for q, k and v, a 4-D mask with a head axis, and the native module built.
+for q, k and v, a 4-D mask with a head axis, the native module built, and
+PyTorch's fused CPU kernel present. That kernel is a private ATen op
+(``fused_cpu_kernels()``); a PyTorch release without it declines this path, and
+``sdpa`` runs the public ``F.scaled_dot_product_attention`` instead.
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -52,8 +56,16 @@ def _torch_openmp_parallel() -> int:
         return 0
 
 
-_flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-_flash_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+@functools.cache
+def fused_cpu_kernels() -> tuple[Any, Any] | None:
+    """PyTorch's fused CPU attention forward and backward ops, or ``None`` where this release lacks them.
+
+    They are private ATen ops (``_scaled_dot_product_flash_attention_for_cpu``
+    and its ``_backward``), so no release promises them; looked up on first use.
+    """
+    forward = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    backward = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
+    return None if forward is None or backward is None else (forward, backward)
 
 
 def supported(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> bool:
@@ -72,6 +84,7 @@ def supported(q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> bool:
         and mask.size(0) in (1, q.size(0))
         and mask.size(1) == q.size(1)
         and mask.shape[-2:] == (q.size(-2), k.size(-2))
+        and fused_cpu_kernels() is not None
     )
 
 
@@ -102,7 +115,10 @@ class LearnableMaskAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, causal: bool) -> Tensor:
         scale = q.size(-1) ** -0.5
-        out, lse = _flash(q, k, v, 0.0, False, attn_mask=mask, scale=scale)
+        if fused_cpu_kernels() is None:
+            raise RuntimeError(f"torch {torch.__version__} lacks the fused CPU attention kernel (see supported())")
+        flash, _ = fused_cpu_kernels()
+        out, lse = flash(q, k, v, 0.0, False, attn_mask=mask, scale=scale)
         ctx.save_for_backward(q, k, v, mask, out, lse)
         ctx.causal, ctx.scale = causal, scale
         return out
@@ -113,7 +129,8 @@ class LearnableMaskAttention(torch.autograd.Function):
         q, k, v, mask, out, lse = ctx.saved_tensors
         dq = dk = dv = dmask = None
         if any(ctx.needs_input_grad[:3]):
-            dq, dk, dv = _flash_backward(dout, q, k, v, out, lse, 0.0, False, attn_mask=mask, scale=ctx.scale)
+            _, flash_backward = fused_cpu_kernels()
+            dq, dk, dv = flash_backward(dout, q, k, v, out, lse, 0.0, False, attn_mask=mask, scale=ctx.scale)
         if ctx.needs_input_grad[3]:
             dmask = mask_grad(q, k, v, out, lse, dout, mask, ctx.causal, ctx.scale)
         return dq, dk, dv, dmask, None

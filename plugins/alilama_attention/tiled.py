@@ -176,9 +176,8 @@ def tiled_attention(
         return sdpa_attention(
             q, k, v, positional=positional, causal=causal, key_padding_mask=key_padding_mask, bias=context
         )
-    # The diagonal masks are kept between passes only for a static bias, else per pass.
-    owner = context.scheme.__dict__ if context.static else context.__dict__
-    cache = owner.setdefault("_tiled_diag_cache", {})
+    # The diagonal masks are kept between passes as the bias is (for the scheme's current values), else per pass.
+    cache = context.kept("tiled-diagonal")
     return _TiledALiBi.apply(q, k, v, slopes.detach(), QUERY_BLOCK, cache)
 
 
