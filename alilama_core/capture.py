@@ -23,6 +23,12 @@ gets the probabilities its model uses, whatever the backend. Example::
 
 The residual stream after each block (``hidden``) feeds the logit lens: the
 final norm and the tied head applied to an intermediate layer's stream.
+
+A backend that declares ``exact=False`` (a sliding window, approximate
+attention) computes other probabilities than the eager path: its own
+``probabilities`` function, when it declares one, gives them instead, and
+without one :func:`recording` refuses it with an ``UnsupportedError`` naming
+the backend rather than draw attention the model never computes.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from torch import Tensor, nn
 __all__ = [
     "AttentionCapture",
     "attention_modules",
+    "check_exact",
     "attention_probabilities",
     "capture",
     "recording",
@@ -75,6 +82,32 @@ def attention_probabilities(
     return torch.softmax(scores, dim=-1)  # (B, H, T, S)
 
 
+def check_exact(model: nn.Module) -> Any:
+    """The function that gives ``model``'s attention probabilities (the eager path for an exact backend).
+
+    A backend that declares ``exact=False`` must declare its own ``probabilities``;
+    without them this raises ``UnsupportedError`` naming the backend.
+    """
+    from alilama_core.errors import UnsupportedError
+
+    backend = getattr(model, "backend", None)
+    if backend is None or getattr(backend, "exact", True):
+        return attention_probabilities
+    if getattr(backend, "probabilities", None) is not None:
+        own = backend.probabilities
+
+        def probabilities(q, k, positional=None, causal=True, key_padding_mask=None):
+            return own(q, k, positional=positional, causal=causal, key_padding_mask=key_padding_mask).float()
+
+        return probabilities
+    raise UnsupportedError(
+        f"attention backend {backend.name!r} is not exact attention (it declares exact=False) and declares no "
+        "probabilities: the model computes attention that the full causal softmax does not reproduce, so its "
+        "attention cannot be captured or drawn. Attention maps need a run trained with an exact backend, or a "
+        "backend that declares its probabilities"
+    )
+
+
 def attention_modules(model: nn.Module) -> list[nn.Module]:
     """The model's attention modules in layer order: those with a ``qkv`` projection and ``n_heads``."""
     return [m for m in model.modules() if isinstance(getattr(m, "qkv", None), nn.Module) and hasattr(m, "n_heads")]
@@ -107,6 +140,7 @@ def recording(
     scheme = getattr(model, "positional", None)
     if not modules:
         raise TypeError(f"{type(model).__name__} has no attention modules with a 'qkv' projection")
+    probabilities = check_exact(model)
     store: list[Tensor | None] = [None] * len(modules)
 
     def hook_for(index: int, module: nn.Module):
@@ -116,7 +150,8 @@ def recording(
                 if getattr(scheme, "kind", None) == "rotary":
                     pos = positions if positions is not None else torch.arange(q.size(2), device=q.device)
                     q, k = scheme.rotate(q, pos), scheme.rotate(k, pos)
-                store[index] = attention_probabilities(q, k, scheme, True, key_padding_mask)  # (B, H, T, T)
+                bias = scheme if getattr(scheme, "kind", None) == "bias" else None
+                store[index] = probabilities(q, k, bias, True, key_padding_mask)  # (B, H, T, T)
 
         return hook
 

@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from alilama_core.errors import AlilamaError
+from alilama_core.tokenizer import END_OF_TEXT
 
-SEPARATOR = "<|endoftext|>"
+SEPARATOR = END_OF_TEXT
 META = "meta.json"
 
 

@@ -95,16 +95,22 @@ def evaluate_run(
     batch_size: int = 8,
     checkpoint: str | None = None,
     verify: bool = True,
+    force_attention: bool = False,
 ) -> list[EvalRow]:
     """Evaluate a run folder on ``files`` at each context length (default: 1x, 2x, 4x, 8x trained).
 
-    ``verify``: check the run's files against the hashes it recorded (see ``load_run``).
+    ``attention``: the backend to score with; ``"auto"`` picks the fastest exact one,
+    except for a run trained with a non-exact backend (a sliding window), which is
+    scored with its own; another backend for it is refused unless ``force_attention``
+    (see ``load_run``). ``verify``: check the run's files against the hashes it recorded.
     """
     from alilama_core.checkpoint import load_run
 
     if context_lengths is not None and (not context_lengths or min(context_lengths) < 1):
         raise ConfigError(f"context lengths must be positive integers, got {context_lengths}")
-    loaded = load_run(run, checkpoint=checkpoint, attention=attention or None, verify=verify)
+    loaded = load_run(
+        run, checkpoint=checkpoint, attention=attention or None, verify=verify, force_attention=force_attention
+    )
     model, tokenizer, cfg = loaded.model, loaded.tokenizer, loaded.config
     trained = cfg.model.context_length
     lengths = context_lengths or [trained * m for m in (1, 2, 4, 8)]

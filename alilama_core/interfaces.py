@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import functools
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
@@ -31,6 +32,7 @@ __all__ = [
     "AttentionFn",
     "AttentionBackend",
     "AttentionBias",
+    "BiasCache",
     "AttentionCase",
     "Trainer",
     "Task",
@@ -65,11 +67,14 @@ class PositionalScheme(nn.Module):
     bias_is_static: ClassVar[bool | None] = None
     """Whether ``bias()`` may be cached between forward passes, per shape.
 
-    ``None`` (the default): the core decides from what it can see, caching only
-    while no parameter of the scheme requires grad (``bias_cacheable()``). A
-    learnable bias is therefore recomputed every forward pass, once, and shared
-    by all layers. ``True`` is an opt-in for a bias that depends on nothing that
-    changes (not on parameters that train); ``False`` never caches.
+    ``None`` (the default): the core decides from what it can see. While no
+    parameter of the scheme requires grad (``bias_cacheable()``) the bias is
+    kept for the current values of the scheme's parameters and buffers, and
+    recomputed once any of them changes (``BiasCache``): loading new weights
+    into a frozen model is seen. A learnable bias that trains is recomputed
+    every forward pass, once, and shared by all layers. ``True``: the bias
+    depends on no parameter or buffer value, so it is cached by shape alone;
+    ``False`` never caches.
     """
     has_slopes: ClassVar[bool] = False
     """``slopes()`` describes the bias exactly: ``bias(q, k) == -slopes()[h] * (q - k)``.
@@ -122,7 +127,11 @@ class PositionalScheme(nn.Module):
         return None
 
     def bias_cacheable(self) -> bool:
-        """Whether a computed bias may be reused by later forward passes (see ``bias_is_static``)."""
+        """Whether a computed bias may be reused by later passes while the scheme's values are unchanged.
+
+        See ``bias_is_static``. A parameter that requires grad makes it ``False``:
+        an optimizer step may change it without a trace the core can see.
+        """
         if self.bias_is_static is not None:
             return bool(self.bias_is_static)
         return not any(p.requires_grad for p in self.parameters())
@@ -174,6 +183,87 @@ class PositionalScheme(nn.Module):
         return None
 
 
+def _scheme_state(scheme: PositionalScheme | None) -> tuple[tuple, tuple[Tensor, ...]]:
+    """What a kept bias of ``scheme`` is valid for, and the tensors that stamp refers to.
+
+    The scheme itself (a weak reference: equal while it lives, then never
+    again) and, unless it declares ``bias_is_static = True``, each parameter's
+    and buffer's identity, storage address and version counter.
+    """
+    if scheme is None:
+        return (), ()
+    if scheme.bias_is_static:
+        return (weakref.ref(scheme),), ()
+    tensors = (*scheme.parameters(), *scheme.buffers())
+    return (weakref.ref(scheme), *((id(t), t.data_ptr(), t._version) for t in tensors)), tensors
+
+
+class BiasCache:
+    """The biases and masks a model keeps between forward passes, valid for one state of its scheme.
+
+    ``GPT`` owns one (``model.bias_cache``) and hands it to the ``AttentionBias``
+    of each pass; backend calls made without one share a cache per scheme
+    (``AttentionBias.clear``). What is kept is valid for one state of the
+    scheme: the scheme object and, unless it declares ``bias_is_static = True``,
+    the identity, storage and version counter of each of its parameters and
+    buffers. When that state changes, everything kept is dropped and rebuilt.
+
+    This relies on PyTorch's version counters: every in-place write through a
+    tensor bumps its ``_version`` (``copy_``, ``load_state_dict``, ``fill_`` or
+    ``add_`` under ``no_grad``, the per-tensor and ``foreach`` optimizer
+    steps), and ``load_state_dict(assign=True)`` or ``p.data = ...`` give a new
+    tensor or a new storage. Writes into ``p.data`` in place and fused
+    optimizer kernels (``AdamW(fused=True)``) bump no counter, which is why a
+    scheme with a parameter that requires grad is never kept
+    (``PositionalScheme.bias_cacheable``); after writing into a frozen
+    scheme's ``.data``, call ``clear()``. The masks kept total at most
+    ``AttentionBias.CACHE_BYTES``. A copy or a pickle of the cache is empty.
+    """
+
+    def __init__(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        """Drop everything kept."""
+        self._stamp: tuple | None = None
+        self._held: tuple[Tensor, ...] = ()  # keeps the stamped tensors' ids from being reused
+        self._tables: dict[str, dict[Any, Any]] = {}
+
+    @property
+    def masks(self) -> dict[Any, Tensor]:
+        """The masks kept now, by ``(what, T, S, device, ...)`` key (read-only use)."""
+        return self._tables.get("masks", {})
+
+    def tables(self, scheme: PositionalScheme | None) -> dict[str, dict[Any, Any]]:
+        """The tables kept for ``scheme`` in its current state, by name (emptied first if it changed).
+
+        ``"masks"`` holds ``AttentionBias``'s own; a backend may keep tensors
+        derived from the bias under a name of its own (``AttentionBias.kept``).
+        """
+        stamp, held = _scheme_state(scheme)
+        if stamp != self._stamp:
+            self.clear()
+            self._stamp, self._held = stamp, held
+        return self._tables
+
+    def __reduce__(self) -> tuple:
+        return (type(self), ())
+
+
+_DIRECT_CACHES: weakref.WeakKeyDictionary[PositionalScheme, BiasCache] = weakref.WeakKeyDictionary()
+_DIRECT_NO_SCHEME = BiasCache()
+
+
+def _direct_cache(scheme: PositionalScheme | None) -> BiasCache:
+    """The cache of backend calls made without a model's (one per scheme, dropped with it)."""
+    if scheme is None:
+        return _DIRECT_NO_SCHEME
+    cache = _DIRECT_CACHES.get(scheme)
+    if cache is None:
+        cache = _DIRECT_CACHES[scheme] = BiasCache()
+    return cache
+
+
 class AttentionBias:
     """The positional bias and masks of one forward pass, computed once and shared by all layers.
 
@@ -188,12 +278,15 @@ class AttentionBias:
       above the causal diagonal and on padded keys. A padded query still sees
       itself, so no row is ever fully masked (no NaN in any dtype).
 
-    A bias is cached between forward passes only when ``scheme.bias_cacheable()``;
-    a learnable bias is recomputed each pass (once), so it never goes stale.
+    A bias is kept between forward passes, in ``cache`` (the model's
+    ``BiasCache``), only when ``scheme.bias_cacheable()``, and only for the
+    values of the scheme's parameters and buffers it was computed from; a
+    learnable bias that trains is recomputed each pass (once). Either way it
+    never goes stale.
     """
 
     CACHE_BYTES = 64 * 2**20
-    """Largest total size of the masks a static scheme keeps between forward passes."""
+    """Largest total size of the masks a cache keeps between forward passes."""
 
     def __init__(
         self,
@@ -203,6 +296,7 @@ class AttentionBias:
         device: torch.device | str,
         key_padding_mask: Tensor | None = None,
         causal: bool = True,
+        cache: BiasCache | None = None,
     ) -> None:
         self.scheme = scheme if scheme is not None and scheme.kind == "bias" else None
         self.t, self.s, self.causal = t, s, causal
@@ -211,6 +305,8 @@ class AttentionBias:
         self.static = self.scheme is None or self.scheme.bias_cacheable()
         self._memo: dict[Any, Tensor | None] = {}
         self._slopes: Tensor | None = None
+        self._cache = cache
+        self._tables: dict[str, dict[Any, Any]] | None = None  # this pass's own, or the cache's (looked up once)
 
     @property
     def slopes(self) -> Tensor | None:
@@ -221,22 +317,38 @@ class AttentionBias:
             self._slopes = self.scheme.slopes().to(self.device, torch.float32)
         return self._slopes
 
+    def _kept_tables(self) -> dict[str, dict[Any, Any]]:
+        """Tables kept between passes (the cache's, for the scheme's current state), or this pass's own."""
+        if self._tables is None:
+            if self.static and self.key_padding_mask is None:
+                cache = self._cache if self._cache is not None else _direct_cache(self.scheme)
+                self._tables = cache.tables(self.scheme)
+            else:
+                self._tables = {}
+        return self._tables
+
+    def kept(self, name: str) -> dict[Any, Any]:
+        """A table named ``name`` for a backend's own tensors derived from this bias (e.g. ``tiled``'s masks).
+
+        Kept between passes exactly when the masks are, and emptied when the
+        scheme's parameters or buffers change; else it lasts this pass. Store
+        only tensors that need no gradient.
+        """
+        return self._kept_tables().setdefault(name, {})
+
     def _cached(self, key: tuple, build: Callable[[], Tensor | None]) -> Tensor | None:
         if key in self._memo:
             return self._memo[key]
         store = None
         if self.static and self.key_padding_mask is None:
-            owner = self.scheme if self.scheme is not None else AttentionBias
-            store = owner.__dict__.get("_alilama_masks")
-            if store is None:
-                store = {}
-                owner._alilama_masks = store
+            store = self.kept("masks")
             if key in store:
                 self._memo[key] = store[key]
                 return store[key]
         value = build()
         self._memo[key] = value
-        if store is not None and value is not None and self.t == self.s:  # decode shapes rarely repeat
+        if store is not None and value is not None and not value.requires_grad and self.t == self.s:
+            # decode shapes rarely repeat; a value with a graph is this pass's alone
             size = value.numel() * value.element_size()
             while store and sum(v.numel() * v.element_size() for v in store.values()) + size > self.CACHE_BYTES:
                 store.pop(next(iter(store)))
@@ -291,10 +403,13 @@ class AttentionBias:
 
     @staticmethod
     def clear(scheme: PositionalScheme | None = None) -> None:
-        """Drop the masks kept between passes (for ``scheme``, or those of no scheme)."""
-        owner = scheme if scheme is not None else AttentionBias
-        if "_alilama_masks" in owner.__dict__:
-            owner.__dict__["_alilama_masks"].clear()
+        """Drop what calls made without a model's ``BiasCache`` kept (for ``scheme``, or for no scheme).
+
+        A model's own: ``model.bias_cache.clear()``.
+        """
+        cache = _DIRECT_NO_SCHEME if scheme is None else _DIRECT_CACHES.get(scheme)
+        if cache is not None:
+            cache.clear()
 
 
 ShapeClass = Literal["decode", "short", "long"]
@@ -386,7 +501,20 @@ class AttentionBackend:
       match wins, default 0; the highest eligible backend wins;
     - ``shared_bias``: the function accepts ``bias=`` (an ``AttentionBias``);
     - ``resolve(case)``: set on routers only: the backend to run for a case.
-      The model resolves a router once per shape class and calls the result.
+      The model resolves a router once per shape class and calls the result;
+    - ``exact``: it computes exact attention (see below).
+
+    Exactness. ``exact=True`` (the default) promises the full causal softmax of
+    ``q k^T / sqrt(D)`` plus the scheme's bias, with padded keys hidden: what
+    ``eager`` computes, equal to it up to float rounding. Every backend that
+    computes anything else (a sliding window, local, sparse, low-rank or any
+    other approximate attention) must declare ``exact=False``. Alilama then
+    never substitutes one for the other: ``auto`` routes among exact backends
+    only, a run trained with a non-exact backend records it and is evaluated
+    and sampled with it, and what cannot reproduce it refuses it by name
+    (``alilama export hf``; ``alilama viz attention`` unless the backend
+    declares its ``probabilities``). A router is exact when everything it
+    resolves to is.
 
     Example::
 
@@ -413,13 +541,22 @@ class AttentionBackend:
     defaults: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     """The backend's own settings and their default values; ``model.attention_options``
     sets them and ``configured`` hands them to ``fn`` as keyword arguments."""
+    exact: bool = True
+    """It computes exact attention, equal to ``eager`` up to float rounding (see the class docstring);
+    ``False`` for a sliding window, local or any approximate attention."""
+    probabilities: Callable[..., Tensor] | None = field(default=None, compare=False)
+    """Optional, for a backend with ``exact=False``: the attention weights it computes,
+    ``probabilities(q, k, *, positional=None, causal=True, key_padding_mask=None, **options)``
+    ``-> (B, H, T, S)`` float32 rows summing to 1, so ``alilama viz attention`` can draw
+    them. Without it, the attention of a non-exact backend cannot be captured."""
 
     def configured(self, options: dict[str, Any] | None) -> AttentionBackend:
         """This backend with ``options`` bound to ``fn`` (itself when there are none); unknown keys raise."""
         if not options:
             return self
         values = check_options("attention backend", self.name, self.defaults, options)
-        return dataclasses.replace(self, fn=functools.partial(self.fn, **values))
+        probabilities = self.probabilities and functools.partial(self.probabilities, **values)
+        return dataclasses.replace(self, fn=functools.partial(self.fn, **values), probabilities=probabilities)
 
     def available(self) -> str | None:
         return self.check() if self.check is not None else None

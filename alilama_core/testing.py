@@ -116,15 +116,15 @@ def _check_twins(what: str, ref, other, x, logits_differ: str, gradient_differs:
             raise _fail(what, gradient_differs(pname))
 
 
-def _twins(config, attention: str):
-    """The eager reference and a model with ``attention`` holding the same weights."""
+def _twins(config, attention: str, options: dict[str, Any] | None = None):
+    """The eager reference and a model with ``attention`` (set up with ``options``) holding the same weights."""
     import torch
 
     from alilama_core.model import build_model
 
     torch.manual_seed(0)
     ref = build_model(config)
-    other = build_model(_replace(config, attention=attention))
+    other = build_model(_replace(config, attention=attention, attention_options=dict(options or {})))
     other.load_state_dict(ref.state_dict())
     return ref, other
 
@@ -135,8 +135,11 @@ def _replace(config, **changes):
     return dataclasses.replace(config, **changes)
 
 
-def _cpu_backends(config, training: bool) -> list[str]:
-    """Registered backends that can run ``config``'s scheme on the CPU here, routers excluded."""
+def _cpu_backends(config, training: bool, exact_only: bool = False) -> list[str]:
+    """Registered backends that can run ``config``'s scheme on the CPU here, routers excluded.
+
+    ``exact_only``: only those that declare exact attention (the ones to compare with eager).
+    """
     import torch
 
     from alilama_core.interfaces import AttentionCase, attention_backend
@@ -159,6 +162,8 @@ def _cpu_backends(config, training: bool) -> list[str]:
             has_slopes=scheme.has_slopes,
             training=training,
         )
+        if exact_only and not backend.exact:
+            continue
         if backend.supports(scheme) and backend.refuses(case) is None:
             names.append(name)
     return names
@@ -171,9 +176,9 @@ def check_positional_scheme(
 
     Shapes and dtypes of its kind's method, a bias that agrees with itself under
     a cache offset and with ``slopes()``, cached against uncached logits,
-    gradients that reach its parameters (and a bias that follows them: never
-    stale), every available CPU backend against eager (forward and gradients),
-    save and load, and a clear error for an unknown option.
+    gradients that reach its parameters (and a bias that follows them, in a
+    frozen model too: never stale), every available CPU backend against eager
+    (forward and gradients), save and load, and a clear error for an unknown option.
     """
     import torch
 
@@ -267,23 +272,31 @@ def check_positional_scheme(
             for backend in [None, *_cpu_backends(config, training=False)]:
                 m = model if backend is None else _with_backend(model, config, backend)
                 m.eval()
-                with torch.no_grad():
-                    before = m(x)
-                    for p in m.positional.parameters():
-                        p.add_(0.25)
-                    after = m(x)
-                    for p in m.positional.parameters():
-                        p.sub_(0.25)
-                if torch.allclose(before, after):
-                    raise _fail(
-                        what,
-                        f"logits did not change when the scheme's parameters changed "
-                        f"(stale bias on {backend or config.attention})",
-                    )
+                trains = [p.requires_grad for p in m.parameters()]
+                for frozen in (False, True):  # frozen: a bias kept between passes must follow new values too
+                    if frozen:
+                        m.requires_grad_(False)
+                    with torch.no_grad():
+                        m(x)  # a pass that may keep the bias
+                        before = m(x)
+                        for p in m.positional.parameters():
+                            p.add_(0.25)
+                        after = m(x)
+                        for p in m.positional.parameters():
+                            p.sub_(0.25)
+                    if torch.allclose(before, after):
+                        raise _fail(
+                            what,
+                            f"logits did not change when the scheme's parameters changed "
+                            f"(stale bias on {backend or config.attention}{', frozen' if frozen else ''})",
+                        )
+                for p, grad in zip(m.parameters(), trains):
+                    p.requires_grad_(grad)
             done.append("gradients reach parameters; bias follows them")
 
-        # Every available CPU backend computes what eager computes, forward and backward.
-        for backend in backends if backends is not None else _cpu_backends(config, training=True):
+        # Every available CPU backend computes what eager computes, forward and backward
+        # (those that declare exact=False compute something else, so they are left out).
+        for backend in backends if backends is not None else _cpu_backends(config, training=True, exact_only=True):
             if backend == config.attention:
                 continue
             ref, other = _twins(config, backend)
@@ -331,13 +344,25 @@ def _with_backend(model, config, backend: str):
 
 
 def check_attention_backend(
-    backend: str, *, schemes: Sequence[str] = ("alibi", "rope", "learned", "nope")
+    backend: str,
+    *,
+    schemes: Sequence[str] = ("alibi", "rope", "learned", "nope"),
+    options: dict[str, Any] | None = None,
 ) -> list[str]:
     """Check a registered attention backend against eager on every scheme it supports (CPU, float32).
 
     Forward logits and gradients of a tiny model, a KV cache (prompt then single
     tokens), and a left-padded batch when it declares ``padding``; a backend
-    that cannot run here (``check()``) is reported, not failed.
+    that cannot run here (``check()``) is reported, not failed. ``options``: its
+    ``model.attention_options``.
+
+    A backend that declares ``exact=False`` (a sliding window, approximate
+    attention) computes something else than eager, so it is not compared with
+    eager (the result says so). It is checked against itself instead: finite
+    logits and gradients, causality (a later token never changes an earlier
+    logit), KV-cache decoding equal to its own full pass, and padded keys
+    that change nothing. A backend that declares ``exact=True`` but differs
+    from eager fails.
     """
     import torch
 
@@ -359,7 +384,11 @@ def check_attention_backend(
             info.resolve is None and backend not in _cpu_backends(config, training=True)
         ):
             continue
-        ref, other = _twins(config, backend)
+        if not info.exact:
+            _check_inexact(what, config, backend, options, info.padding)
+            done.append(f"{scheme}: causal, cached == uncached, padding hidden (not compared with eager: exact=False)")
+            continue
+        ref, other = _twins(config, backend, options)
         x = torch.randint(0, config.vocab_size, (2, 12))
         _check_twins(
             what,
@@ -394,6 +423,51 @@ def check_attention_backend(
     if not done:  # e.g. a GPU-only kernel, or one that refuses these head sizes on the CPU
         return [f"skipped: it runs none of {', '.join(schemes)} on this machine's CPU"]
     return done
+
+
+def _check_inexact(what: str, config, backend: str, options: dict[str, Any] | None, padding: bool) -> None:
+    """A backend that declares ``exact=False``, against itself (see ``check_attention_backend``)."""
+    import torch
+
+    from alilama_core.model import KVCache, build_model
+
+    torch.manual_seed(0)
+    model = build_model(_replace(config, attention=backend, attention_options=dict(options or {})))
+    scheme = config.positional
+    x = torch.randint(0, config.vocab_size, (2, 12))
+    logits = model(x)
+    if not torch.isfinite(logits).all():
+        raise _fail(what, f"logits with {scheme!r} are not finite")
+    logits.float().logsumexp(-1).mean().backward()
+    grads = [(n, p.grad) for n, p in model.named_parameters() if p.grad is not None]
+    if not grads:
+        raise _fail(what, f"no gradient reaches the model's parameters with {scheme!r}")
+    for pname, grad in grads:
+        if not torch.isfinite(grad).all():
+            raise _fail(what, f"gradient of {pname} with {scheme!r} is not finite")
+    model.eval()
+    with torch.no_grad():
+        full = model(x)
+        later = x.clone()
+        later[:, 8:] = (later[:, 8:] + 1) % config.vocab_size
+        if not torch.allclose(model(later)[:, :8], full[:, :8], atol=1e-5, rtol=1e-5):
+            raise _fail(what, f"with {scheme!r}, changing tokens 8.. changed the logits before them: not causal")
+        cache = KVCache()
+        steps = [model(x[:, :6], cache=cache)] + [model(x[:, t : t + 1], cache=cache) for t in range(6, 12)]
+        cached = torch.cat(steps, dim=1)
+        if not torch.allclose(cached, full, atol=1e-4, rtol=1e-4):
+            raise _fail(
+                what,
+                f"KV-cache decoding with {scheme!r} differs from its own full pass (max {(cached - full).abs().max():.2e})",
+            )
+        if padding:
+            mask = torch.ones(2, 12, dtype=torch.bool)
+            mask[0, :3] = False  # row 0 is left-padded by 3
+            other = x.clone()
+            other[0, :3] = (other[0, :3] + 1) % config.vocab_size  # different tokens under the padding
+            a, b = model(x, key_padding_mask=mask), model(other, key_padding_mask=mask)
+            if not torch.isfinite(a).all() or not torch.allclose(a[0, 3:], b[0, 3:], atol=1e-5, rtol=1e-5):
+                raise _fail(what, f"with {scheme!r}, padded keys changed the logits of real tokens (or gave NaN)")
 
 
 def check_tokenizer(

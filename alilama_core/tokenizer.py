@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, AbstractSet, Any, ClassVar, Literal, Union
 
 from alilama_core.errors import TokenizerError, UnsupportedError
+from alilama_core.limits import DEFAULTS, loads_json
 from alilama_core.options import check_options
 
 if TYPE_CHECKING:
@@ -33,10 +34,12 @@ AllowedSpecial = Union[Literal["all", "none", "none_raise"], AbstractSet[str]]
 ProgressCallback = Callable[[int, int], None]
 """Called as ``progress(done, total)`` while a long operation runs."""
 
+END_OF_TEXT = "<|endoftext|>"
+"""The end-of-text special token: a document separator in text and data, the stop token of generation."""
 KIND_FILE = "alilama_tokenizer.json"
 """Written by ``save_tokenizer`` into every saved tokenizer folder: ``{"kind": NAME}``."""
-MAX_VOCAB_SIZE = 2**31 - 1
-"""Largest vocabulary any command accepts (ids are stored as 32-bit integers)."""
+MAX_VOCAB_SIZE = DEFAULTS["MAX_VOCAB_SIZE"]
+"""Largest vocabulary a tokenizer may have: ids below 2^24 (the limit ``model.vocab_size`` has too)."""
 
 
 class Tokenizer(abc.ABC):
@@ -141,11 +144,13 @@ class Tokenizer(abc.ABC):
         """
         import numpy as np
 
+        from alilama_core.data import token_dtype  # numpy only when a file is encoded
+
         text = read_text(path, errors)
         ids = self.encode(text, allowed_special="all")
         if progress is not None:
             progress(len(text), len(text))
-        return np.asarray(ids, dtype=np.uint16 if self.vocab_size <= 65536 else np.uint32)
+        return np.asarray(ids, dtype=token_dtype(self.vocab_size))
 
     @abc.abstractmethod
     def decode(self, ids: Iterable[int], errors: str = "replace") -> str:
@@ -168,7 +173,7 @@ class Tokenizer(abc.ABC):
     @property
     def eot_id(self) -> int | None:
         """Id of ``<|endoftext|>`` when the tokenizer has it."""
-        return self.special_tokens.get("<|endoftext|>")
+        return self.special_tokens.get(END_OF_TEXT)
 
     @abc.abstractmethod
     def save(self, directory: str | PathLike[str]) -> None:
@@ -204,14 +209,68 @@ def read_text(path: str | PathLike[str], errors: str = "strict") -> str:
         raise TokenizerError(f"{p}: invalid UTF-8 at byte offset {exc.start} (use errors='replace')") from None
 
 
-def save_tokenizer(tokenizer: Tokenizer, directory: str | PathLike[str]) -> Path:
-    """``tokenizer.save(directory)``, then record its kind in ``alilama_tokenizer.json``."""
+def save_tokenizer(tokenizer: Tokenizer, directory: str | PathLike[str], kind: str | None = None) -> Path:
+    """``tokenizer.save(directory)``, then record its kind in ``alilama_tokenizer.json``.
+
+    The kind recorded is the name the tokenizer is registered under, so that
+    ``load_tokenizer`` finds it again: ``kind`` when given (it must be a
+    registered tokenizer of which ``tokenizer`` is an instance), else the name
+    the registry holds its class under, else its class's ``name``.
+    """
     from alilama_core.files import atomic_write_text
 
+    kind = recorded_kind(tokenizer, kind)
     directory = Path(directory)
     tokenizer.save(directory)
-    atomic_write_text(directory / KIND_FILE, json.dumps({"kind": tokenizer.name}) + "\n")
+    atomic_write_text(directory / KIND_FILE, json.dumps({"kind": kind}) + "\n")
     return directory
+
+
+def recorded_kind(tokenizer: Tokenizer, kind: str | None = None) -> str:
+    """The kind ``save_tokenizer`` records for ``tokenizer``: a registered name that loads it back."""
+    from alilama_core.registry import get_registry
+
+    registry = get_registry()
+    cls = type(tokenizer)
+    if kind is not None:
+        if not isinstance(kind, str) or not kind.strip():
+            raise TokenizerError(f"kind must name a registered tokenizer (`alilama plugins`), got {kind!r}")
+        registered = registry.get("tokenizer", kind)  # an unknown kind lists the registered ones
+        if not (isinstance(registered, type) and isinstance(tokenizer, registered)):
+            raise TokenizerError(
+                f"tokenizer kind {kind!r} is registered for {getattr(registered, '__name__', registered)!r}, "
+                f"but this tokenizer is a {cls.__name__}; a folder recording {kind!r} would not load it back"
+            )
+        return kind
+    names = registry.names_of("tokenizer", cls)
+    if len(names) == 1:
+        return names[0]
+    if tokenizer.name in names:
+        return tokenizer.name
+    if names:
+        raise TokenizerError(
+            f"{cls.__name__} is registered as {', '.join(map(repr, names))}; "
+            f"pass kind=NAME to save_tokenizer to say which one to record"
+        )
+    if tokenizer.name:
+        return tokenizer.name
+    raise TokenizerError(
+        f"cannot record the kind of a {cls.__name__}: it is not registered (register_tokenizers) and its class "
+        f"sets no `name`; register it, or pass kind=NAME to save_tokenizer"
+    )
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    """A JSON object from ``path``; anything else is a ``TokenizerError`` naming the file."""
+    try:
+        meta = loads_json(path.read_text(encoding="utf-8"), TokenizerError, repr(str(path)))
+    except TokenizerError:
+        raise
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise TokenizerError(f"{str(path)!r} is not valid JSON: {exc}") from None
+    if not isinstance(meta, dict):
+        raise TokenizerError(f"{str(path)!r} must hold a JSON object")
+    return meta
 
 
 def tokenizer_kind(directory: str | PathLike[str]) -> str:
@@ -223,17 +282,21 @@ def tokenizer_kind(directory: str | PathLike[str]) -> str:
     directory = Path(directory)
     if not directory.is_dir():
         raise TokenizerError(f"{str(directory)!r} is not a tokenizer folder (written by `alilama tokenizer train`)")
-    for file, key in ((KIND_FILE, "kind"), ("tokenizer_config.json", "name")):
-        path = directory / file
-        if path.is_file():
-            try:
-                meta = json.loads(path.read_text(encoding="utf-8"))
-            except (ValueError, UnicodeDecodeError) as exc:
-                raise TokenizerError(f"{str(path)!r} is not valid JSON: {exc}") from None
-            if not isinstance(meta, dict):
-                raise TokenizerError(f"{str(path)!r} must hold a JSON object")
-            if isinstance(meta.get(key), str) and meta[key]:
-                return meta[key]
+    path = directory / KIND_FILE
+    if path.is_file():  # written by save_tokenizer: it is the authority
+        kind = _read_meta(path).get("kind")
+        if not isinstance(kind, str) or not kind.strip():
+            raise TokenizerError(
+                f"{str(path)!r} exists but records no tokenizer kind (its 'kind' is {json.dumps(kind)}); "
+                'it must name the registered tokenizer that wrote the folder, e.g. {"kind": "bpe"} '
+                "(`alilama plugins` lists them): fix the file, or train the tokenizer again"
+            )
+        return kind
+    path = directory / "tokenizer_config.json"
+    if path.is_file():
+        name = _read_meta(path).get("name")
+        if isinstance(name, str) and name:
+            return name
     if (directory / "tokenizer.model").is_file():
         return "bpe"
     raise TokenizerError(

@@ -46,7 +46,7 @@ def _model_config(name: str):
 
 
 def _cpu_backends() -> list[str]:
-    """Registered backends that run and train on CPU, routers excepted.
+    """Registered backends that run and train on CPU and declare exact attention, routers excepted.
 
     (FlexAttention runs on CPU without its compiled kernel, for checks only: no one decodes with it there.)
     """
@@ -57,7 +57,7 @@ def _cpu_backends() -> list[str]:
     names = []
     for name in reg.names("attention"):
         backend = attention_backend(reg.get("attention", name))
-        if backend.resolve is None and backend.available() is None and "cpu" in backend.trains_on:
+        if backend.resolve is None and backend.exact and backend.available() is None and "cpu" in backend.trains_on:
             names.append(name)
     return names
 
@@ -92,7 +92,7 @@ def models(request, tmp_path_factory):
 
 
 def _alilama(model, prompt):
-    from alilama_core.generate import SamplingSettings, generate
+    from alilama_core.generation import SamplingSettings, generate
 
     settings = SamplingSettings(max_new_tokens=NEW_TOKENS, temperature=0)
     return lambda: generate(model, [prompt], settings, eot_id=None)[0]

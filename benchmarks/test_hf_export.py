@@ -36,7 +36,7 @@ def runners(tmp_path_factory):
     from alilama_bpe.tokenizer import BPETokenizer
     from alilama_core.checkpoint import save_weights
     from alilama_core.config import Config, save
-    from alilama_core.generate import SamplingSettings, generate
+    from alilama_core.generation import SamplingSettings, generate
     from alilama_hf.export import export
     from transformers import AutoModelForCausalLM
 

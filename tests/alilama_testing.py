@@ -31,11 +31,13 @@ def twin_models(positional: str, attention: str, **overrides):
 
 
 def available_backends() -> list[str]:
+    """Backends that run here and declare exact attention (the ones every test compares with eager)."""
     from alilama_core.interfaces import attention_backend
     from alilama_core.registry import get_registry
 
     reg = get_registry()
-    return [n for n in reg.names("attention") if attention_backend(reg.get("attention", n)).available() is None]
+    backends = {n: attention_backend(reg.get("attention", n)) for n in reg.names("attention")}
+    return [n for n, b in backends.items() if b.exact and b.available() is None]
 
 
 def run_cli(*args: str, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -47,6 +49,13 @@ def run_cli(*args: str, env: dict | None = None, timeout: int = 600) -> subproce
         env=full_env,
         timeout=timeout,
     )
+
+
+def ok(result: subprocess.CompletedProcess) -> str:
+    """The stdout of a command that must have succeeded without a traceback."""
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    return result.stdout
 
 
 def run_ddp(out: Path, args: list[str], port: int, timeout: int = 600) -> subprocess.CompletedProcess:

@@ -10,18 +10,22 @@ import json
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from alilama_core.app import commands, tokenizer, viz
 from alilama_core.app.common import (
     ConfigOpt,
+    ForceAttentionOpt,
     JsonOpt,
     OverridesArg,
     PresetOpt,
     _Group,
     console,
     err_console,
+    loud_warnings,
     resolve_config,
+    warn_replacements,
 )
 from alilama_core.errors import AlilamaError
 
@@ -76,6 +80,13 @@ def plugins_cmd(
                     available=status == "ok",
                     reason=reason,
                     description=entry.meta.get("description", ""),
+                    replaces=None
+                    if entry.replaced is None
+                    else dict(
+                        plugin=entry.replaced.plugin,
+                        distribution=entry.replaced.distribution,
+                        version=entry.replaced.version,
+                    ),
                 )
             )
     failures = [vars(f) for f in (reg.check() if check else reg.failures())]
@@ -83,6 +94,7 @@ def plugins_cmd(
         print(json.dumps({"registered": rows, "failed": failures}, indent=2))
     else:
         _print_plugins(rows, failures)
+    warn_replacements()  # on stderr, also beside --json
     if check and failures:
         raise typer.Exit(1)
 
@@ -97,15 +109,18 @@ def _print_plugins(rows: list[dict], failures: list[dict]) -> None:
         if not r["available"]:
             notes.append(f"[{len(notes) + 1}] {r['kind']} {r['name']}: {r['reason']}")
             status = f"[yellow]unavailable [{len(notes)}][/]"
+        if r["replaces"]:
+            status += f" [bold yellow]replaces {r['replaces']['distribution']}'s[/]"
         table.add_row(r["kind"], r["name"], r["plugin"], r["distribution"], r["version"], status)
     console.print(table)
     for note in notes:
         console.print(note, markup=False, highlight=False)
     for f in failures:
+        what = "registered a name another plugin holds" if f.get("refused") else "failed to load and was skipped"
         err_console.print(
-            f"[yellow]warning:[/] plugin {f['plugin']!r} ({f['distribution']}) failed to load and "
-            f"was skipped: {f['error']}",
+            f"[yellow]warning:[/] plugin {f['plugin']!r} ({f['distribution']}) {what}: {escape(f['error'])}",
             highlight=False,
+            soft_wrap=True,
         )
 
 
@@ -121,6 +136,7 @@ def model_info(
 
     cfg = resolve_config(config, preset, overrides)
     report = model_report(cfg.model)
+    warn_replacements()  # on stderr, also beside --json
     if as_json:
         print(json.dumps(report, indent=2))
         return
@@ -138,8 +154,9 @@ def model_info(
     )
     for kind in ("positional", "attention"):
         p = report["plugins"][kind]
+        replaces = f"; REPLACES {p['replaces']}'s {p['name']!r}" if p["replaces"] else ""
         console.print(
-            f"{kind}: {p['name']} ({p['distribution']} {p['version']}; {p['detail']})",
+            f"{kind}: {p['name']} ({p['distribution']} {p['version']}{replaces}; {p['detail']})",
             highlight=False,
             markup=False,
         )
@@ -162,12 +179,17 @@ def generate_cmd(
         Optional[str], typer.Option("--checkpoint", help="Checkpoint folder name, e.g. step-00001000.")
     ] = None,
     no_verify: Annotated[bool, typer.Option("--no-verify", help="Skip the run's integrity check (hashes).")] = False,
+    attention: Annotated[
+        Optional[str],
+        typer.Option("--attention", help="Backend to sample with (default: the run's own)."),
+    ] = None,
+    force_attention: ForceAttentionOpt = False,
 ) -> None:
     """Stream a continuation of a prompt from a trained run."""
     import sys
 
     from alilama_core.checkpoint import load_run
-    from alilama_core.generate import SamplingSettings, stream_text
+    from alilama_core.generation import SamplingSettings, stream_text
 
     if prompt is not None and prompt_file is not None:
         raise AlilamaError("give either --prompt or --prompt-file, not both")
@@ -186,8 +208,11 @@ def generate_cmd(
         seed=seed,
         stop=list(stop or []),
     ).validate()
-    loaded = load_run(run, checkpoint=checkpoint, verify=not no_verify)
-    from alilama_core.generate import position_room
+    with loud_warnings():
+        loaded = load_run(
+            run, checkpoint=checkpoint, verify=not no_verify, attention=attention, force_attention=force_attention
+        )
+    from alilama_core.generation import position_room
 
     room = position_room(loaded.model, len(loaded.tokenizer.encode(text, allowed_special="all")) or 1)
     if room is not None and 0 < room < max_new_tokens:

@@ -110,6 +110,7 @@ def model_report(config: ModelConfig) -> dict[str, Any]:
             "name": name,
             "distribution": entry.distribution,
             "version": entry.version,
+            "replaces": entry.replaced.distribution if entry.replaced is not None else None,
             "detail": detail,
         }
     return {

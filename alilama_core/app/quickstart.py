@@ -136,9 +136,9 @@ def run_quickstart(out, data=None, steps=None, minutes=3.5, stories=20000, overw
     from alilama_core.app.plot import plot_runs
     from alilama_core.app.prepare import iter_documents, prepare
     from alilama_core.checkpoint import load_run
-    from alilama_core.generate import SamplingSettings, stream_text
+    from alilama_core.generation import SamplingSettings, stream_text
     from alilama_core.registry import get_tokenizer, get_trainer
-    from alilama_core.tokenizer import save_tokenizer
+    from alilama_core.tokenizer import END_OF_TEXT, save_tokenizer
 
     started = time.perf_counter()
     out = Path(out)
@@ -158,7 +158,7 @@ def run_quickstart(out, data=None, steps=None, minutes=3.5, stories=20000, overw
         echo(f"[1/5] corpus: {corpus}")
 
     t = time.perf_counter()
-    tokenizer = get_tokenizer("bpe").train(iter_documents([str(corpus)]), VOCAB, special_tokens=["<|endoftext|>"])
+    tokenizer = get_tokenizer("bpe").train(iter_documents([str(corpus)]), VOCAB, special_tokens=[END_OF_TEXT])
     save_tokenizer(tokenizer, out / "tokenizer")  # records its kind beside it
     echo(
         f"[2/5] trained a {tokenizer.vocab_size}-id BPE tokenizer in {time.perf_counter() - t:.1f} s -> {out / 'tokenizer'}"

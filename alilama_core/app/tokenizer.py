@@ -125,11 +125,11 @@ def train(
     """Learn a vocabulary from text files with any registered tokenizer (default: byte-level BPE)."""
     from alilama_core.outputs import check_writable_path
     from alilama_core.registry import get_tokenizer
-    from alilama_core.tokenizer import MAX_VOCAB_SIZE, save_tokenizer
+    from alilama_core.tokenizer import END_OF_TEXT, MAX_VOCAB_SIZE, save_tokenizer
 
     if no_special and special:
         raise TokenizerError("give either --special or --no-special, not both")
-    specials = [] if no_special else (special or ["<|endoftext|>"])
+    specials = [] if no_special else (special or [END_OF_TEXT])
     if errors not in ("strict", "replace"):
         raise TokenizerError(f"--errors must be 'strict' or 'replace', not {errors!r}")
     if not 1 <= vocab_size <= MAX_VOCAB_SIZE:
@@ -170,7 +170,7 @@ def train(
                 **options,
             )
     train_s = time.perf_counter() - t0
-    save_tokenizer(tok, out)
+    save_tokenizer(tok, out, kind=kind)  # records the name it was trained as, which loads it back
     for w in caught:
         err_console.print(f"[yellow]warning:[/] {escape(str(w.message))}")
     n_tokens = sum(len(tok.encode_file(p, threads=threads, errors=errors)) for p in input)

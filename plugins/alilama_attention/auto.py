@@ -15,6 +15,9 @@ shows. With the built-ins' priorities:
 | CUDA, fp16/bf16, ALiBi, with flash-attn 2.4+ on an Ampere or newer GPU | ``flash`` |
 | CUDA, ALiBi, long inputs, no flash-attn | ``flex`` (compiled FlexAttention) |
 | everything else (decode steps, RoPE, learned, NoPE, padded) | ``sdpa`` |
+
+A backend that declares ``exact=False`` (a sliding window, approximate
+attention) is never chosen: ``auto`` computes exact attention, whatever is installed.
 """
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ def candidates(case: AttentionCase) -> list[tuple[str, AttentionBackend | None, 
             backend = attention_backend(reg.get("attention", name))
         except Exception as exc:  # a backend that cannot load is refused, never fatal
             rows.append((name, None, f"it failed to load: {exc}"))
+            continue
+        if not backend.exact:  # a router never trades exact attention for another computation
+            rows.append((name, backend, "it is not exact attention (exact=False); name it in model.attention"))
             continue
         rows.append((name, backend, backend.refuses(case)))
     return rows

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from alilama_core.errors import AlilamaWarning, TokenizerError
-from alilama_core.tokenizer import AllowedSpecial, ProgressCallback, Tokenizer
+from alilama_core.tokenizer import MAX_VOCAB_SIZE, AllowedSpecial, ProgressCallback, Tokenizer
 
 from alilama_bpe import _backend, reference
 from alilama_bpe.reference import GPT4_SPLIT_PATTERN
@@ -42,8 +42,6 @@ DisallowedSpecial = Literal["all"] | Collection[str]
 # (the counter holds a view of each text of a batch while it runs).
 _BATCH_BYTES = 8 << 20  # the UTF-8 copies of a batch's non-ASCII texts are transient
 _BATCH_TEXTS = 8192
-MAX_VOCAB_SIZE = 1 << 24
-"""Largest vocabulary that ``train`` accepts (the native code hands out ids below 2^24)."""
 
 
 def _default_threads(threads: int | None) -> int:
@@ -507,6 +505,8 @@ class BPETokenizer(Tokenizer):
         """
         import numpy as np
 
+        from alilama_core.data import token_dtype
+
         path = os.fspath(path)
         if not os.path.isfile(path):
             raise TokenizerError(f"no such file: {path}")
@@ -519,8 +519,7 @@ class BPETokenizer(Tokenizer):
         ids = self._encode_python(text, list(self._special))
         if progress is not None:
             progress(os.path.getsize(path), os.path.getsize(path))
-        dtype = np.uint16 if self.vocab_size <= 65536 else np.uint32
-        return np.asarray(ids, dtype=dtype)
+        return np.asarray(ids, dtype=token_dtype(self.vocab_size))
 
     # ------------------------------------------------------------------ decoding
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from alilama_core import ConfigError, build_model
-from alilama_core.generate import SamplingSettings, generate, next_token
+from alilama_core.generation import SamplingSettings, generate, next_token
 from alilama_core.registry import get_attention
 from alilama_testing import SCHEMES, available_backends, tiny_config
 

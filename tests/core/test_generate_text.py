@@ -7,7 +7,7 @@ import torch
 
 from alilama_core import config as cfgmod
 from alilama_core.checkpoint import save_weights
-from alilama_core.generate import SamplingSettings, decode_stream, generate, stream_text
+from alilama_core.generation import SamplingSettings, decode_stream, generate, stream_text
 from alilama_core.model import build_model
 from alilama_core.registry import get_tokenizer
 from alilama_testing import run_cli, tiny_config
@@ -119,3 +119,23 @@ def test_generate_cli_reads_stdin(run_dir):
         timeout=120,
     )
     assert out.returncode == 0 and out.stdout.startswith("Once")
+
+
+def test_the_generate_example_of_the_api_docs_runs(run_dir, capsys):
+    """docs/api.md's "Generate" block, run as written on a real run: ``generate`` is the function."""
+    import re
+    from pathlib import Path
+
+    import alilama_core
+    import alilama_core.generation  # imported first, as the CLI does: it must not shadow the function
+    from alilama_core.checkpoint import load_run
+
+    assert alilama_core.generate is alilama_core.generation.generate and callable(alilama_core.generate)
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text(encoding="utf-8")
+    block = re.search(r"## Generate\n\n```python\n(.*?)```", doc, re.S)
+    assert block, "docs/api.md lost its '## Generate' python block"
+    scope = {"run": load_run(run_dir)}
+    exec(compile(block.group(1), "docs/api.md#generate", "exec"), scope)
+    ids = scope["ids"]
+    assert isinstance(ids, list) and len(ids) == 2 and all(isinstance(row, list) and row for row in ids)
+    assert capsys.readouterr().out.strip(), "the example printed no text"

@@ -226,11 +226,15 @@ def test_plugin_with_a_broken_command_is_rolled_back(tmp_path):
     assert help_text.returncode == 0 and "broken" not in help_text.stdout
 
 
+CALLS: list[str] = []
+
+
 class MarkedAndUnmarked:
     """One hook marked with @hookimpl, one function that merely has a hook's name."""
 
     @hookimpl
     def register_positional_schemes(self, register):
+        CALLS.append("marked")
         register("marked-test", ConstantBias)
 
     def register_trainers(self, register):  # no marker: pluggy ignores it, so must the registry
@@ -240,6 +244,7 @@ class MarkedAndUnmarked:
 class FirstInLine:
     @hookimpl(tryfirst=True)
     def register_positional_schemes(self, register):
+        CALLS.append("first")
         register("marked-test", "alilama_positional.nope:NoPositions")
 
 
@@ -250,8 +255,12 @@ def test_hooks_go_through_pluggy_markers_and_order():
         assert get_positional("marked-test") is ConstantBias
         assert "unmarked-test" not in registry.names("trainer")
         registry.register_plugin(FirstInLine(), name="first")
-        try:  # tryfirst is honoured: its registration of the same name wins
-            assert get_positional("marked-test").__name__ == "NoPositions"
+        try:  # tryfirst is honoured in the order of the calls, but it does not take a name held
+            CALLS.clear()
+            assert get_positional("marked-test") is ConstantBias
+            assert CALLS == ["first", "marked"]
+            refused = [f for f in registry.failures() if f.refused and "'marked-test'" in f.error]
+            assert [f.plugin for f in refused] == ["first"]
         finally:
             registry.unregister_plugin("first")
     finally:

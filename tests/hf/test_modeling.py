@@ -10,7 +10,7 @@ import torch
 from alilama_testing import SCHEMES
 
 from alilama_core.checkpoint import load_run
-from alilama_core.generate import SamplingSettings, generate
+from alilama_core.generation import SamplingSettings, generate
 
 PROMPT = "Once upon a time, Lily saw"
 

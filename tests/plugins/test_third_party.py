@@ -19,6 +19,8 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+from alilama_testing import ok
+from alilama_testing import run_cli as cli
 
 from alilama_core.testing import check_attention_backend, check_positional_scheme, check_tokenizer, check_trainer
 
@@ -46,21 +48,6 @@ pytestmark = pytest.mark.skipif(
     reason="the test plugins are not installed (make install does: pip install -e tests/plugins/alilama-*), "
     "or ALILAMA_PLUGINS limits which load",
 )
-
-
-def cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-c", "from alilama_core.app.cli import main; main()", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
-def ok(result: subprocess.CompletedProcess) -> str:
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "Traceback" not in result.stderr
-    return result.stdout
 
 
 @pytest.fixture(scope="module")
