@@ -3,7 +3,8 @@
 A run folder (litgpt-like)::
 
     RUN/config.yaml            the full resolved config
-    RUN/run.json               the data it trains on, integrity hashes, and its history
+    RUN/run.json               the data it trains on, integrity hashes, its history, and its
+                               attention backend when that is not exact (``attention_record``)
     RUN/tokenizer/             the tokenizer (``tokenizer_config.json`` names its plugin)
     RUN/step-00001000/         model.safetensors, trainer state
     RUN/final/                 model.safetensors of the finished run
@@ -16,8 +17,14 @@ only ``tok_emb.weight`` is stored and the tie is restored on load.
 Integrity: ``run.json`` records the SHA-256 of the run's tokenizer files and of
 every checkpoint's ``model.safetensors`` (each checkpoint's ``state.json`` holds
 its own too); ``load_run`` verifies them and names the file that differs
-(``verify=False``, the CLI's ``--no-verify``, skips the check). Runs written
-before hashes were recorded load unchecked.
+(``verify=False``, the CLI's ``--no-verify``, skips the check). A run that
+training wrote (it carries the ``.alilama-output`` marker, or a checkpoint's
+``state.json``) but whose ``run.json`` is missing is refused. A checkpoint is
+chosen by its folder name only (``final``, ``step-00001000``): a path, a link
+out of the run, or a folder that ``run.json`` does not list is refused, so
+one run's config and tokenizer are never paired with another run's weights.
+Folders assembled by hand (config, tokenizer, weights, no ``run.json``) and
+runs written before hashes were recorded load unchecked.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from typing import Any
 
 from alilama_core.errors import CheckpointError
 from alilama_core.files import atomic_open, atomic_write_text
+from alilama_core.limits import safetensors_problem
 
 WEIGHTS = "model.safetensors"
 TIED = ("head.weight",)
@@ -77,6 +85,9 @@ def load_weights(model, directory: str | os.PathLike[str], sha256: str | None = 
             f"{str(path)!r} differs from the weights written there (SHA-256 mismatch): the file is "
             "corrupt or was replaced; restore it, pick another checkpoint, or pass --no-verify to load it anyway"
         )
+    problem = safetensors_problem(path)  # the header against the file's size, before any tensor is read
+    if problem:
+        raise CheckpointError(f"{str(path)!r} is corrupt: {problem}; delete it or pick another checkpoint")
     try:
         state = load_file(path)
     except (SafetensorError, OSError, ValueError) as exc:
@@ -105,10 +116,21 @@ def load_weights(model, directory: str | os.PathLike[str], sha256: str | None = 
 
 def load_tokenizer(directory: str | os.PathLike[str]):
     """Load a saved tokenizer folder with the plugin of the kind it records (see ``tokenizer_kind``)."""
+    from alilama_core.errors import TokenizerError, UnknownPluginError
     from alilama_core.registry import get_tokenizer
     from alilama_core.tokenizer import tokenizer_kind
 
-    return get_tokenizer(tokenizer_kind(directory)).load(directory)
+    kind = tokenizer_kind(directory)
+    try:
+        cls = get_tokenizer(kind)
+    except UnknownPluginError as exc:
+        raise TokenizerError(
+            f"the tokenizer folder {str(directory)!r} records kind {kind!r}, which no installed plugin registers "
+            f"(registered tokenizers: {', '.join(exc.available) or 'none'}). Install the plugin that provides "
+            f"{kind!r}, or, if the folder records the wrong kind, fix its alilama_tokenizer.json."
+            + (f" Plugins that failed to load (one may provide it): {'; '.join(exc.failed)}." if exc.failed else "")
+        ) from None
+    return cls.load(directory)
 
 
 # -- run.json ------------------------------------------------------------------------
@@ -160,6 +182,105 @@ def recorded_weights_hash(checkpoint: Path, record: dict[str, Any] | None = None
         return None
 
 
+def attention_record(name: str, options: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What ``run.json`` keeps (key ``"attention"``) of the backend a run trains with.
+
+    ``None`` for an exact backend (any exact backend computes the same attention),
+    else ``{"name", "options", "exact": False}``: the run is then evaluated,
+    sampled and exported with that backend only (see ``trained_attention``).
+    """
+    from alilama_core.interfaces import attention_backend
+    from alilama_core.registry import get_attention
+
+    if attention_backend(get_attention(name)).exact:
+        return None
+    return {"name": name, "options": dict(options or {}), "exact": False}
+
+
+def trained_attention(config: Any, record: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The non-exact backend a run was trained with, ``{"name", "options", "exact": False}``; ``None``: exact.
+
+    ``run.json`` says so when the trainer recorded it (``attention_record``);
+    otherwise the backend named in the run's ``config.yaml`` is asked, when it is installed.
+    """
+    from alilama_core.errors import AlilamaError
+    from alilama_core.interfaces import attention_backend
+    from alilama_core.registry import get_attention
+
+    kept = (record or {}).get("attention")
+    if isinstance(kept, dict) and kept.get("exact") is False and isinstance(kept.get("name"), str):
+        return {"name": kept["name"], "options": dict(kept.get("options") or {}), "exact": False}
+    try:
+        exact = attention_backend(get_attention(config.model.attention)).exact
+    except AlilamaError:  # not installed: building the model says so
+        return None
+    if exact:
+        return None
+    return {"name": config.model.attention, "options": dict(config.model.attention_options or {}), "exact": False}
+
+
+def _choose_attention(path: Path, config: Any, record: dict[str, Any], attention: str | None, force: bool) -> None:
+    """Set ``config.model``'s backend for ``load_run`` (see its docstring); refuse a silent change of computation."""
+    import warnings
+
+    from alilama_core.errors import AlilamaWarning, ConfigError
+    from alilama_core.interfaces import attention_backend
+    from alilama_core.registry import get_attention, get_registry
+
+    trained = trained_attention(config, record)
+    if trained is None:  # exact: any exact backend computes the same attention
+        if attention is None or attention == config.model.attention:
+            return
+        if not attention_backend(get_attention(attention)).exact and not force:
+            raise ConfigError(
+                f"attention {attention!r} is not exact attention (it declares exact=False), but the run in "
+                f"{str(path)!r} was trained with exact attention ({config.model.attention!r}): its results would "
+                f"not be the model's. Choose an exact backend, or pass --force-attention (force_attention=True) "
+                f"to run it with {attention!r} anyway"
+            )
+        if not attention_backend(get_attention(attention)).exact:
+            warnings.warn(
+                f"running the run in {str(path)!r}, trained with exact attention, with non-exact {attention!r}: "
+                "results are not the model's own",
+                AlilamaWarning,
+                stacklevel=3,
+            )
+        config.model.attention = attention
+        config.model.attention_options = {}  # the settings were the trained backend's own
+        return
+    own = (trained["name"], trained["options"])
+    if attention is None or attention == "auto":  # the run's own backend: the one that computes what it learned
+        wanted = (config.model.attention, dict(config.model.attention_options or {}))
+    elif attention == own[0]:
+        wanted = own
+    else:
+        wanted = (attention, {})
+    if wanted != own:
+        setting = f"{wanted[0]!r}" + (f" with options {wanted[1]}" if wanted[1] else "")
+        if not force:
+            raise ConfigError(
+                f"the run in {str(path)!r} was trained with attention {own[0]!r} (options {own[1]}), which is not "
+                f"exact attention (it declares exact=False); {setting} computes different attention, so its "
+                f"results would not be the model's. Drop --attention (or pass attention={own[0]!r}) to use "
+                f"{own[0]!r}, or pass --force-attention (force_attention=True) to run it with {setting} anyway"
+            )
+        warnings.warn(
+            f"the run in {str(path)!r} was trained with non-exact attention {own[0]!r}; running it with "
+            f"{setting} as forced: results are not the model's own",
+            AlilamaWarning,
+            stacklevel=3,
+        )
+        config.model.attention, config.model.attention_options = wanted
+        return
+    if own[0] not in get_registry().names("attention"):
+        raise ConfigError(
+            f"the run in {str(path)!r} was trained with attention {own[0]!r}, which is not exact attention and "
+            f"is not installed here; install the package that provides {own[0]!r} (no other backend computes "
+            "what it computes)"
+        )
+    config.model.attention, config.model.attention_options = own[0], dict(own[1])
+
+
 @dataclass
 class Run:
     """A loaded run: its config, model (eval mode), tokenizer and the checkpoint used."""
@@ -176,16 +297,65 @@ def checkpoints(run: Path) -> list[Path]:
     return sorted(p for p in run.glob("step-*") if p.is_dir() and p.name[5:].isdigit())
 
 
+def written_by_trainer(run: Path) -> bool:
+    """Whether training wrote ``run`` (its ``.alilama-output`` marker, or a checkpoint's ``state.json``).
+
+    Such a run has a ``run.json``; a folder assembled by hand (config, tokenizer,
+    weights) has none, and loads unchecked.
+    """
+    from alilama_core.outputs import kind_of
+
+    return kind_of(run) == "run" or any((c / "state.json").is_file() for c in [run / "final", *checkpoints(run)])
+
+
+def checkpoint_folder(run: Path, name: str, record: dict[str, Any] | None = None) -> Path:
+    """The checkpoint folder ``name`` of ``run`` (``final``, ``step-00001000``); anything else is refused.
+
+    ``name`` must be a folder directly inside the run holding weights; with
+    ``record`` (the run's ``run.json``), one that the record lists too.
+    """
+    have = [p.name for p in [run / "final", *checkpoints(run)] if (p / WEIGHTS).is_file()]
+    listing = f"it has: {', '.join(have) or 'none'}"
+    if name in ("", ".", "..") or "/" in name or "\\" in name or Path(name).name != name:
+        raise CheckpointError(
+            f"--checkpoint must name one of the checkpoint folders of the run {str(run)!r}, not a path; got "
+            f"{name!r}; {listing}. To load another run's weights, give that run folder instead"
+        )
+    folder = run / name
+    if not (folder / WEIGHTS).is_file():
+        raise CheckpointError(f"{str(run)!r} has no checkpoint {name!r} with {WEIGHTS}; {listing}")
+    if folder.resolve().parent != run.resolve():
+        raise CheckpointError(
+            f"{str(folder)!r} is a link to a folder outside the run ({str(folder.resolve())!r}); --checkpoint "
+            f"must name one of the run's own checkpoints ({listing}). Give that other run folder instead"
+        )
+    recorded = (record or {}).get("checkpoints")
+    if isinstance(recorded, dict) and recorded and name not in recorded:
+        raise CheckpointError(
+            f"{name!r} is not one of the checkpoints recorded in {str(run / RUN_JSON)!r} "
+            f"({', '.join(sorted(recorded))}): it was not written by this run's training, or was replaced. "
+            "Pick one of those, or pass --no-verify (generate, eval) to load it unchecked"
+        )
+    return folder
+
+
 def load_run(
     run: str | os.PathLike[str],
     checkpoint: str | None = None,
     map_location: str = "cpu",
     attention: str | None = None,
     verify: bool = True,
+    force_attention: bool = False,
 ) -> Run:
     """Load ``RUN/final`` (or the latest step, or ``checkpoint`` by folder name).
 
-    ``attention`` runs the model with another backend than the one it was trained with.
+    ``attention`` runs the model with another backend than the one it was trained
+    with (``None``: its own). Exact backends are interchangeable, but a run
+    trained with a non-exact one (``exact=False``, e.g. a sliding window, which
+    ``run.json`` records) computes its own attention: it is loaded with that
+    backend for ``None`` and ``"auto"``, and any other backend is refused
+    (``ConfigError``), as is a non-exact backend for an exact run, unless
+    ``force_attention`` (then an ``AlilamaWarning`` says so).
     ``verify`` checks the tokenizer and the weights against the hashes the run recorded.
     """
     from alilama_core import config as cfgmod
@@ -195,22 +365,26 @@ def load_run(
     if not (path / "config.yaml").is_file():
         raise CheckpointError(f"{str(path)!r} is not an Alilama run folder (no config.yaml)")
     config = cfgmod.load(path / "config.yaml")
-    if attention is not None and attention != config.model.attention:
-        config.model.attention = attention
-        config.model.attention_options = {}  # the settings were the trained backend's own
+    try:
+        record = read_run_json(path)
+    except CheckpointError:
+        if verify:
+            raise
+        record = {}  # unchecked: a corrupt run.json does not stop the load
+    if verify and not (path / RUN_JSON).is_file() and written_by_trainer(path):
+        raise IntegrityError(
+            f"{str(path)!r} has no {RUN_JSON}: training wrote one there (the hashes of the run's tokenizer and "
+            "checkpoints), so it was deleted or lost and the run's files cannot be checked. Restore it, or pass "
+            "--no-verify (generate, eval) to load the run unchecked"
+        )
+    _choose_attention(path, config, record, attention, force_attention)
     if checkpoint is not None:
-        if not (path / checkpoint / WEIGHTS).is_file():
-            have = ", ".join(p.name for p in [path / "final", *checkpoints(path)] if (p / WEIGHTS).is_file())
-            raise CheckpointError(
-                f"{str(path)!r} has no checkpoint {checkpoint!r} with {WEIGHTS}; it has: {have or 'none'}"
-            )
-        candidates = [path / checkpoint]
+        candidates = [checkpoint_folder(path, checkpoint, record if verify else None)]
     else:
         candidates = [path / "final", *reversed(checkpoints(path))]
     candidates = [c for c in candidates if (c / WEIGHTS).is_file()]
     if not candidates:
         raise CheckpointError(f"{str(path)!r} has no checkpoint with {WEIGHTS} yet (train first)")
-    record = read_run_json(path) if verify else {}
     if verify:
         verify_tokenizer(path, record)
     tokenizer = load_tokenizer(path / "tokenizer")

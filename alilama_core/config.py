@@ -26,6 +26,7 @@ import yaml
 
 from alilama_core.errors import ConfigError
 from alilama_core.files import atomic_write_text
+from alilama_core.limits import MODEL_FIELDS, describe, json_depth, limit, nesting_problem
 
 T = TypeVar("T")
 
@@ -77,6 +78,7 @@ class ModelConfig:
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout!r}")
         check_memory(self, 4, "its float32 weights")
+        check_dimensions(self)
         if check_plugins:
             check_compatibility(self.positional, self.attention)
             check_plugin_options(self)
@@ -115,6 +117,14 @@ def check_memory(m: ModelConfig, bytes_per_parameter: int, what: str) -> None:
             f"has about {estimate_parameters(m):,} parameters; {what} need about {need / 2**30:,.1f} GiB but "
             f"{have / 2**30:,.1f} GiB of memory is available. Choose a smaller model"
         )
+
+
+def check_dimensions(m: ModelConfig) -> None:
+    """Refuse model dimensions past their documented limits (``alilama_core.limits``)."""
+    for name, key in MODEL_FIELDS.items():
+        value = getattr(m, name)
+        if value > limit(key):
+            raise ConfigError(f"model.{name}={value:,} is over its limit: {describe(key)}")
 
 
 @dataclass
@@ -164,8 +174,25 @@ class TrainConfig:
             raise ConfigError(
                 f"train.micro_batch_size ({self.micro_batch_size}) must divide train.batch_size ({self.batch_size})"
             )
+        for name in ("lr", "min_lr", "weight_decay", "beta1", "beta2", "grad_clip", "max_time"):
+            value = getattr(self, name)
+            if value is None and name in ("grad_clip", "max_time"):
+                continue
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or value != value
+                or abs(value) == float("inf")
+            ):
+                default = 3600 if name == "max_time" else TrainConfig.__dataclass_fields__[name].default
+                raise ConfigError(
+                    f"train.{name} must be a finite number, got {value!r}; set e.g. train.{name}={default}"
+                    + (" (or null)" if name in ("grad_clip", "max_time") else "")
+                )
         if self.lr <= 0 or self.min_lr < 0 or self.min_lr > self.lr:
             raise ConfigError(f"need 0 <= train.min_lr <= train.lr and lr > 0, got lr={self.lr}, min_lr={self.min_lr}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ConfigError(f"train.seed must be an integer >= 0, got {self.seed!r} (e.g. train.seed=1337)")
         if self.warmup_steps < 0:
             raise ConfigError(f"train.warmup_steps must be >= 0, got {self.warmup_steps}")
         if self.dtype not in ("float32", "bfloat16"):
@@ -196,6 +223,17 @@ class TaskConfig:
             parse_lengths(self.lengths)
             if not isinstance(self.options, dict):
                 raise ConfigError(f"task.options must be a mapping, e.g. {{symbols: 20}}, got {self.options!r}")
+            if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+                raise ConfigError(f"task.seed must be an integer >= 0, got {self.seed!r} (e.g. task.seed=0)")
+            if isinstance(self.val_examples, bool) or not isinstance(self.val_examples, int) or self.val_examples < 1:
+                raise ConfigError(
+                    f"task.val_examples must be a positive integer (validation examples per evaluation), "
+                    f"got {self.val_examples!r} (e.g. task.val_examples=256)"
+                )
+            if self.val_examples > limit("MAX_TASK_EXAMPLES"):
+                raise ConfigError(
+                    f"task.val_examples={self.val_examples:,} is over its limit: {describe('MAX_TASK_EXAMPLES')}"
+                )
         return self
 
 
@@ -292,8 +330,56 @@ def check_compatibility(positional: str, attention: str) -> None:
 # -- (de)serialisation ---------------------------------------------------------------
 
 
+class _LimitError(ConfigError):
+    """A config text over a bound of ``alilama_core.limits`` (never read as a plain string)."""
+
+
 class _Loader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses duplicate keys and reads ``1e-3`` as a number (YAML 1.2 style)."""
+    """``yaml.SafeLoader`` that refuses duplicate keys and reads ``1e-3`` as a number (YAML 1.2 style).
+
+    It also bounds the document while composing it, before any value is built:
+    its nodes counted with every alias expanded (``MAX_YAML_NODES``: an alias
+    "bomb" of nested anchors is refused, not copied a billion times), its
+    nesting depth (``MAX_NESTING_DEPTH``), and aliases that refer to themselves.
+    Tags that build Python objects (``!!python/...``) are refused by ``SafeLoader``.
+    """
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._max_nodes, self._max_depth = limit("MAX_YAML_NODES"), limit("MAX_NESTING_DEPTH")
+        self._sizes: dict[int, int] = {}  # id(node) -> nodes it stands for, aliases expanded
+        self._depth = 0
+
+    def compose_node(self, parent, index):
+        line = self.peek_event().start_mark.line + 1
+        if self.check_event(yaml.AliasEvent):
+            node = super().compose_node(parent, index)
+            if id(node) not in self._sizes:
+                raise _LimitError(f"the alias on line {line} refers to a node that contains it; remove the cycle")
+            return node
+        self._depth += 1
+        if self._depth > self._max_depth:
+            raise _LimitError(
+                f"the document nests more than {self._max_depth} levels deep (line {line}); "
+                f"{describe('MAX_NESTING_DEPTH')}"
+            )
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        if isinstance(node, yaml.SequenceNode):
+            size = 1 + sum(self._sizes[id(c)] for c in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            size = 1 + sum(self._sizes[id(k)] + self._sizes[id(v)] for k, v in node.value)
+        else:
+            size = 1
+        if size > self._max_nodes:
+            raise _LimitError(
+                f"the document expands to more than {self._max_nodes:,} values (aliases counted each time "
+                f"they are used; line {line}): write the values out, or use fewer aliases; {describe('MAX_YAML_NODES')}"
+            )
+        self._sizes[id(node)] = size
+        return node
 
     def construct_mapping(self, node, deep=False):
         seen = set()
@@ -305,6 +391,14 @@ class _Loader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+def _refuse_tag(loader: _Loader, node) -> None:
+    raise ConfigError(
+        f"the tag {node.tag!r} (line {node.start_mark.line + 1}) is not allowed: a config holds plain "
+        "mappings, lists, strings and numbers; remove the tag"
+    )
+
+
+_Loader.add_constructor(None, _refuse_tag)
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
@@ -313,6 +407,10 @@ _Loader.add_implicit_resolver(
 
 
 def _yaml(text: str) -> Any:
+    # PyYAML's scanner looks far ahead inside nested [ and {, so their depth is checked on the text first.
+    most = limit("MAX_NESTING_DEPTH")
+    if json_depth(text, stop=most) > most:
+        raise _LimitError(f"the document nests [ or {{ more than {most} levels deep; {describe('MAX_NESTING_DEPTH')}")
     return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
 
 
@@ -414,12 +512,20 @@ def load(path: str | os.PathLike[str], cls: type[T] = Config) -> T:  # type: ign
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file {str(p)!r} does not exist")
+    size = p.stat().st_size
+    if size > limit("MAX_CONFIG_BYTES"):
+        raise ConfigError(
+            f"config file {str(p)!r} has {size:,} bytes, too many for a config; {describe('MAX_CONFIG_BYTES')}"
+        )
     try:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"config file {str(p)!r} is not a text file (not UTF-8 at byte {exc.start})") from None
     if "\0" in text:
         raise ConfigError(f"config file {str(p)!r} is not a text file (it holds NUL bytes)")
+    problem = nesting_problem(text) if p.suffix == ".json" else None
+    if problem:
+        raise ConfigError(f"config file {str(p)!r} cannot be read: {problem}")
     try:
         data = json.loads(text) if p.suffix == ".json" else _yaml(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
@@ -449,6 +555,8 @@ def apply_overrides(cfg: T, overrides: list[str] | None) -> T:
             raise ConfigError(f"override {item!r} must look like section.field=value, e.g. model.n_layers=4")
         try:
             value = _yaml(raw) if raw.strip() else ""
+        except _LimitError as exc:
+            raise ConfigError(f"override {item!r}: {exc}") from None
         except (yaml.YAMLError, ConfigError):
             value = raw
         node = data

@@ -38,6 +38,10 @@ class CheckpointError(AlilamaError):
     """A missing, partial or corrupt checkpoint."""
 
 
+class DiskFullError(AlilamaError):
+    """A write failed because the disk (or the user's quota) is full; the message says where and what to do."""
+
+
 class UnsupportedError(AlilamaError):
     """A plugin lacks an optional capability that this operation needs (e.g. a Hugging Face export)."""
 

@@ -1,6 +1,7 @@
 """Output folders that Alilama writes, and the rules that keep a user's files safe.
 
-Every folder Alilama writes (a run, a prepared data folder) carries a small
+Every folder Alilama writes (a run, a prepared data folder, the pictures of
+``alilama viz attention``) carries a small
 marker file, ``.alilama-output``, naming its kind. ``--overwrite`` replaces a
 folder only when the marker says it is Alilama's own output of the same kind and
 the folder holds nothing but the files Alilama writes there; it never replaces
@@ -46,10 +47,25 @@ CONTENTS: dict[str, tuple[str, ...]] = {
         *_TRANSIENT,
     ),
     "data": (MARKER, "meta.json", "train.bin", "val.bin", "tokenizer", *_TRANSIENT),
+    "viz": (MARKER, "attention.png", "attention_l*_h*.png", "tape.html", *_TRANSIENT),
+    "hf": (  # ``alilama export hf``
+        MARKER,
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "configuration_alilama.py",
+        "modeling_alilama.py",
+        "positional_*.py",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "README.md",
+        *_TRANSIENT,
+    ),
 }
 # Folders written before markers existed are recognised by this file.
 LEGACY_SIGNATURE = {"run": "config.yaml", "data": "meta.json"}
-NOUN = {"run": "run", "data": "data folder"}
+NOUN = {"run": "run", "data": "data folder", "viz": "set of attention pictures", "hf": "Hugging Face export"}
 
 
 class OutputError(AlilamaError):
@@ -129,7 +145,7 @@ def check_output(
     if not out.is_dir() or not any(out.iterdir()):
         return
     marked = kind_of(out)
-    own = marked == kind or (marked is None and (out / LEGACY_SIGNATURE[kind]).is_file())
+    own = marked == kind or (marked is None and kind in LEGACY_SIGNATURE and (out / LEGACY_SIGNATURE[kind]).is_file())
     foreign = foreign_entries(out, kind) if own else []
     if not overwrite:
         if own:

@@ -33,7 +33,9 @@ import numpy as np
 
 from alilama_core.errors import ConfigError, TokenizerError
 from alilama_core.files import atomic_write_text
+from alilama_core.limits import loads_json
 from alilama_core.tokenizer import Tokenizer
+from alilama_core.limits import describe, limit
 
 IGNORE = -100
 """Target id of unscored positions (prompt and padding)."""
@@ -138,7 +140,9 @@ class SymbolTokenizer(Tokenizer):
     def load(cls, directory: str | os.PathLike[str]) -> "SymbolTokenizer":
         path = Path(directory) / "tokenizer_config.json"
         try:
-            return cls(json.loads(path.read_text(encoding="utf-8"))["symbols"])
+            return cls(loads_json(path.read_text(encoding="utf-8"), TokenizerError, repr(str(path)))["symbols"])
+        except TokenizerError:
+            raise
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise TokenizerError(f"{str(path)!r} is no saved symbol tokenizer: {exc}") from None
 
@@ -163,7 +167,13 @@ def parse_lengths(spec: str | int, what: str = "task.lengths") -> tuple[int, int
         raise ConfigError(f"{what} must look like 1-16 or 8, got {spec!r}") from None
     if pair[0] < 1 or pair[1] < pair[0]:
         raise ConfigError(f"{what} must be a range lo-hi with 1 <= lo <= hi, got {spec!r}")
+    _check_length(pair[1], f"{what}={spec}")
     return pair
+
+
+def _check_length(length: int, what: str) -> None:
+    if length > limit("MAX_TASK_LENGTH"):
+        raise ConfigError(f"{what} asks for examples of length {length:,}: {describe('MAX_TASK_LENGTH')}")
 
 
 def parse_length_list(spec: str) -> list[int]:
@@ -174,7 +184,32 @@ def parse_length_list(spec: str) -> list[int]:
         raise ConfigError(f"--lengths must be comma-separated integers, e.g. 8,16,32; got {spec!r}") from None
     if not lengths or min(lengths) < 1:
         raise ConfigError(f"--lengths needs positive integers, got {spec!r}")
+    check_length_count(lengths, "--lengths")
+    for length in lengths:
+        _check_length(length, "--lengths")
     return lengths
+
+
+def check_length_count(lengths: Sequence[int], what: str) -> None:
+    """Refuse more than ``MAX_EVAL_LENGTHS`` lengths to evaluate at."""
+    if len(lengths) > limit("MAX_EVAL_LENGTHS"):
+        raise ConfigError(f"{what} gives {len(lengths):,} lengths to evaluate at: {describe('MAX_EVAL_LENGTHS')}")
+
+
+def check_eval_size(task, lengths: Sequence[int], examples: int, what: str = "--examples") -> None:
+    """Refuse a test too large to run: ``examples`` per length past ``MAX_TASK_EXAMPLES``, any
+    length past ``MAX_TASK_LENGTH``, or more than ``MAX_EVAL_TOKENS`` tokens in all."""
+    if examples > limit("MAX_TASK_EXAMPLES"):
+        raise ConfigError(f"{what}={examples:,} examples per length: {describe('MAX_TASK_EXAMPLES')}")
+    check_length_count(lengths, "the lengths")
+    for length in lengths:
+        _check_length(length, "the lengths")
+    tokens = examples * sum(task.sequence_length(n) for n in lengths if task.max_length is None or n <= task.max_length)
+    if tokens > limit("MAX_EVAL_TOKENS"):
+        raise ConfigError(
+            f"{examples:,} examples at lengths {', '.join(map(str, lengths))} make about {tokens:,} tokens to "
+            f"score; give fewer examples or shorter lengths, or raise the bound: {describe('MAX_EVAL_TOKENS')}"
+        )
 
 
 def check_lengths(task, lengths: tuple[int, int] | Sequence[int]) -> None:
@@ -299,6 +334,7 @@ def evaluate_task(
     model, task, lengths: Sequence[int], examples: int = 256, seed: int = 0, batch_size: int = 64
 ) -> list[TaskScore]:
     """Score ``model`` on ``task`` at each length; ``n/a`` rows where the model has no positions for it."""
+    check_eval_size(task, lengths, examples, "examples")
     limit = model.positional.max_positions
     rows = []
     for length in lengths:
@@ -326,11 +362,16 @@ def evaluate_task_run(
     seed: int | None = None,
     checkpoint: str | None = None,
     attention: str | None = None,
+    force_attention: bool = False,
+    verify: bool = True,
 ):
-    """Load a task run and score it at ``lengths``; returns ``(task, rows)``."""
+    """Load a task run and score it at ``lengths``; returns ``(task, rows)``.
+
+    ``attention``, ``force_attention`` and ``verify`` as in ``load_run``.
+    """
     from alilama_core.checkpoint import load_run
 
-    loaded = load_run(run, checkpoint=checkpoint, attention=attention)
+    loaded = load_run(run, checkpoint=checkpoint, attention=attention, force_attention=force_attention, verify=verify)
     tcfg = getattr(loaded.config, "task", None)
     if tcfg is None or not tcfg.name:
         raise ConfigError(f"{str(run)!r} was not trained on a task (its config has no task.name)")
@@ -366,6 +407,7 @@ class TaskData:
         self.task = get_task(cfg.task.name, cfg.task.options)
         self.lengths = parse_lengths(cfg.task.lengths)
         check_lengths(self.task, self.lengths)
+        check_eval_size(self.task, [self.lengths[1]], cfg.task.val_examples, "task.val_examples")
         self.longest = self.task.sequence_length(self.lengths[1]) - 1
         if self.longest > cfg.model.context_length:
             raise ConfigError(

@@ -105,6 +105,9 @@ class Case:
     setup: Callable[[Path], None] | None = None
     check: Callable[[Path, str], None] | None = None
     """Further assertions on the workspace and the output."""
+    env: dict[str, str] | None = None
+    """Environment variables: the command then runs as a real process started with them (libraries read
+    some, such as HF_HUB_OFFLINE, once at import)."""
 
 
 def _write(path: str, data: str | bytes):
@@ -675,6 +678,295 @@ CASES = [
 ]
 
 
+# -- paths, names and ordinary mistakes ---------------------------------------------------------------
+
+
+def _other_run(ws: Path) -> None:
+    """A second finished run beside the first (its own weights, config and run.json)."""
+    import shutil
+
+    shutil.copytree(ws / "run", ws / "other")
+
+
+def _unlisted_checkpoint(ws: Path) -> None:
+    """A checkpoint folder dropped into the run that its run.json does not list."""
+    import shutil
+
+    _other_run(ws)
+    shutil.copytree(ws / "other" / "step-00000006", ws / "run" / "step-00000099")
+
+
+def _linked_checkpoint(ws: Path) -> None:
+    _other_run(ws)
+    (ws / "run" / "step-00000099").symlink_to(ws / "other" / "step-00000006", target_is_directory=True)
+
+
+def _no_run_json(ws: Path) -> None:
+    (ws / "run" / "run.json").unlink()
+
+
+def _edited_tokenizer_model(ws: Path) -> None:
+    path = ws / "tok" / "tokenizer.model"
+    lines = path.read_text().splitlines()
+    lines[-1], lines[-2] = lines[-2], lines[-1]  # same size, other merges
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _user_pictures(ws: Path) -> None:
+    (ws / "viz").mkdir()
+    (ws / "viz" / "tape.html").write_text("<p>my page</p>")
+    (ws / "viz" / "attention.png").write_bytes(b"my picture")
+
+
+def _pictures_written(ws: Path) -> None:
+    result = cli("viz", "attention", "run", "--prompt", "Once", "--out", "viz", cwd=ws)
+    assert result.exit_code == 0, result.output
+
+
+def _pictures_replaced(ws: Path, out: str) -> None:
+    from alilama_core.outputs import kind_of
+
+    assert kind_of(ws / "viz") == "viz"
+    assert (ws / "viz" / "attention_l0_h1.png").read_bytes()[:4] == b"\x89PNG"
+    assert not (ws / "viz" / "attention.png").exists() and not (ws / "viz" / "tape.html").exists()
+
+
+def _config_keeps(max_steps: int):
+    def check(ws: Path, out: str) -> None:
+        from alilama_core import config as cfgmod
+
+        assert cfgmod.load(ws / "run" / "config.yaml").train.max_steps == max_steps
+        history = json.loads((ws / "run" / "run.json").read_text())["history"]
+        assert [h["action"] for h in history] == ["start"], history
+
+    return check
+
+
+def _escaped_card(ws: Path, out: str) -> None:
+    card = (ws / "exp" / "README.md").read_text(encoding="utf-8")
+    assert "\n# tiny\\_run\n" in card
+    assert 'AutoModelForCausalLM.from_pretrained("me/tiny_run"' in card
+    assert "[roneneldan/TinyStories](https://huggingface.co/datasets/roneneldan/TinyStories)" in card
+
+
+def _malformed_task_eval(ws: Path) -> None:
+    (ws / "run" / "task-eval.json").write_text(json.dumps({"rows": [{"len": 8, "exact": 1.0}]}))
+
+
+INJECTED = 'me/x"); import os; os.system("id"); ("'
+
+CASES += [
+    Case(
+        "generate --checkpoint into another run",
+        ["generate", "run", "--prompt", "Once", "--checkpoint", "../other/step-00000006"],
+        1,
+        "must name one of",
+        ["other/step-00000006/model.safetensors", "run/final/model.safetensors"],
+        setup=_other_run,
+    ),
+    Case(
+        "export hf --checkpoint into another run",
+        ["export", "hf", "run", "exp", "--checkpoint", "../other/final"],
+        1,
+        "not a path",
+        ["other/final/model.safetensors"],
+        setup=_other_run,
+        check=_absent("exp/README.md"),
+    ),
+    Case(
+        "generate --checkpoint that run.json does not list",
+        ["generate", "run", "--prompt", "Once", "--checkpoint", "step-00000099"],
+        1,
+        "is not one of the checkpoints recorded in",
+        ["run/step-00000099/model.safetensors"],
+        setup=_unlisted_checkpoint,
+    ),
+    Case(
+        "generate --checkpoint linked out of the run",
+        ["generate", "run", "--prompt", "Once", "--checkpoint", "step-00000099"],
+        1,
+        "is a link to a folder outside the run",
+        ["other/step-00000006/model.safetensors"],
+        setup=_linked_checkpoint,
+    ),
+    Case(
+        "generate with run.json deleted",
+        ["generate", "run", "--prompt", "Once", "-n", "3"],
+        1,
+        "has no run.json",
+        ["run/final/model.safetensors"],
+        setup=_no_run_json,
+    ),
+    Case(
+        "eval with run.json deleted",
+        ["eval", "run", "--data", "corpus.txt"],
+        1,
+        "pass --no-verify (generate, eval) to load the run unchecked",
+        setup=_no_run_json,
+    ),
+    Case(
+        "generate --no-verify with run.json deleted",
+        ["generate", "run", "--prompt", "Once", "-n", "3", "--seed", "0", "--no-verify"],
+        0,
+        "Once",
+        setup=_no_run_json,
+    ),
+    Case(
+        "tokenizer encode with an edited tokenizer.model given as a file",
+        ["tokenizer", "encode", "--tokenizer", "tok/tokenizer.model", "hello"],
+        1,
+        "does not match tokenizer_config.json",
+        setup=_edited_tokenizer_model,
+    ),
+    Case(
+        "export hf --repo-id with code in it",
+        ["export", "hf", "run", "exp", "--repo-id", INJECTED],
+        1,
+        "is not a valid Hugging Face Hub id",
+        check=_absent("exp"),
+    ),
+    Case(
+        "export hf --dataset with Markdown in it",
+        ["export", "hf", "run", "exp", "--dataset", "x](https://evil.example)"],
+        1,
+        "--dataset 'x](https://evil.example)' is not a valid Hugging Face Hub id",
+        check=_absent("exp"),
+    ),
+    Case(
+        "export hf writes names escaped",
+        ["export", "hf", "run", "exp", "--repo-id", "me/tiny_run", "--dataset", "roneneldan/TinyStories"],
+        0,
+        "exported run",
+        ["exp/README.md"],
+        check=_escaped_card,
+    ),
+    Case(
+        "resume a finished run with a lower max_steps",
+        ["train", "--resume", "run", "--no-progress", "train.max_steps=4"],
+        1,
+        "the run has already reached step 6. Give train.max_steps=6 or more",
+        ["run/final/model.safetensors", "run/step-00000006/model.safetensors"],
+        check=_config_keeps(6),
+    ),
+    Case(
+        "resume a killed run with max_steps below its step",
+        ["train", "--resume", "run", "--no-progress", "train.max_steps=2"],
+        1,
+        "the run has already reached step 4",
+        ["run/step-00000004/model.safetensors"],
+        setup=_unfinished,
+        check=_config_keeps(6),
+    ),
+    Case(
+        "train --data with --task",
+        ["train", *TINY, "--task", "copy", "--data", "data", "--out", "t"],
+        1,
+        "exclude each other",
+        ["data/meta.json"],
+        check=_absent("t"),
+    ),
+    Case(
+        "viz attention over a user's pictures",
+        ["viz", "attention", "run", "--prompt", "Once", "--out", "viz"],
+        1,
+        "already exists and holds other files",
+        ["viz/tape.html", "viz/attention.png"],
+        setup=_user_pictures,
+    ),
+    Case(
+        "viz attention --overwrite over a user's pictures",
+        ["viz", "attention", "run", "--prompt", "Once", "--out", "viz", "--overwrite"],
+        1,
+        "nothing was deleted",
+        ["viz/tape.html", "viz/attention.png"],
+        setup=_user_pictures,
+    ),
+    Case(
+        "viz attention into its own earlier pictures",
+        ["viz", "attention", "run", "--prompt", "Once", "--out", "viz"],
+        1,
+        "pass --overwrite to replace it",
+        ["viz/tape.html", "viz/attention.png"],
+        setup=_pictures_written,
+    ),
+    Case(
+        "viz attention --overwrite of its own earlier pictures",
+        ["viz", "attention", "run", "--prompt", "Once", "--out", "viz", "--overwrite", "--layer", "0", "--no-html"],
+        0,
+        "wrote viz/attention_l0_h1.png",
+        setup=_pictures_written,
+        check=_pictures_replaced,
+    ),
+    Case(
+        "task.val_examples=0",
+        ["train", *TINY, "--task", "copy", "task.val_examples=0", "--out", "t"],
+        1,
+        "task.val_examples must be a positive integer",
+        check=_absent("t"),
+    ),
+    Case(
+        "a negative task.seed",
+        ["train", *TINY, "--task", "copy", "task.seed=-1", "--out", "t"],
+        1,
+        "task.seed must be an integer >= 0",
+        check=_absent("t"),
+    ),
+    Case(
+        "a negative train.seed",
+        ["train", *TINY, "train.seed=-1", "--data", "data", "--out", "t"],
+        1,
+        "train.seed must be an integer >= 0",
+        check=_absent("t"),
+    ),
+    Case("eval --seed negative", ["eval", "run", "--lengths", "4", "--seed=-1"], 1, "--seed must be an integer >= 0"),
+    Case(
+        "RoPE theta=abc",
+        ["model", "info", "--preset", "tiny", "model.positional=rope", "model.positional_options.theta=abc"],
+        1,
+        "theta must be a finite number above 1",
+    ),
+    Case(
+        "RoPE theta=-5",
+        ["train", *TINY, "model.positional=rope", "model.positional_options.theta=-5", "--data", "data", "--out", "t"],
+        1,
+        "got -5",
+        check=_absent("t"),
+    ),
+    Case(
+        "train.lr=.nan",
+        ["train", *TINY, "train.lr=.nan", "--data", "data", "--out", "t"],
+        1,
+        "train.lr must be a finite number, got nan",
+        check=_absent("t"),
+    ),
+    Case(
+        "train.lr=.inf",
+        ["train", *TINY, "train.lr=.inf", "--data", "data", "--out", "t"],
+        1,
+        "train.lr must be a finite number, got inf",
+        check=_absent("t"),
+    ),
+    Case(
+        "plot --accuracy of a malformed task-eval.json",
+        ["plot", "run", "--accuracy", "--out", "acc.png"],
+        1,
+        "is not the file `alilama eval` writes (no trained_lengths",
+        ["run/task-eval.json"],
+        setup=_malformed_task_eval,
+        check=_absent("acc.png"),
+    ),
+    Case(
+        "data prepare --input hf:NAME offline",
+        ["data", "prepare", "--input", "hf:roneneldan/TinyStories", "--tokenizer", "tok", "--out", "hfdata"],
+        1,
+        "could not reach dataset 'roneneldan/TinyStories' on the Hugging Face Hub",
+        ["tok/tokenizer.model"],
+        env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
+        check=_absent("hfdata"),
+    ),
+]
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_case(case: Case, ws: Path):
     if any(a.startswith("/proc/") for a in case.args) and not Path("/proc/self").exists():
@@ -682,13 +974,18 @@ def test_case(case: Case, ws: Path):
     if case.setup:
         case.setup(ws)
     before = {p: (ws / p).read_bytes() if (ws / p).is_file() else None for p in case.keep}
-    result = cli(*case.args, cwd=ws)
-    out = result.output
+    if case.env is not None:
+        proc = _alilama(*case.args, cwd=ws, env={**os.environ, **case.env})
+        stdout, stderr = proc.communicate(timeout=300)
+        out, exit_code, unexpected = stdout + stderr, proc.returncode, None
+    else:
+        result = cli(*case.args, cwd=ws)
+        out, exit_code = result.output, result.exit_code
+        unexpected = result.exception if not isinstance(result.exception, SystemExit) else None
     assert "Traceback" not in out, out
     flat = " ".join(out.split())  # the console wraps long lines
-    unexpected = result.exception if not isinstance(result.exception, SystemExit) else None
     assert unexpected is None, f"{type(unexpected).__name__}: {unexpected}\n{out}"
-    assert result.exit_code == case.code, out
+    assert exit_code == case.code, out
     assert " ".join(case.phrase.split()) in flat, out
     if case.code:
         assert [line for line in out.splitlines() if line.startswith("error:")], out  # one clear error line

@@ -10,11 +10,14 @@ import typer
 
 from alilama_core.app.common import (
     ConfigOpt,
+    ForceAttentionOpt,
     JsonOpt,
     OverridesArg,
     PresetOpt,
     console,
+    loud_warnings,
     resolve_config,
+    warn_replacements,
 )
 from alilama_core.errors import AlilamaError
 
@@ -114,6 +117,7 @@ def train_cmd(
     """Train a model (one process, or DDP under torchrun) into a run folder."""
     from alilama_core.registry import get_trainer
 
+    given_data = data
     if resume:
         from alilama_core.checkpoint import resume_config
 
@@ -134,6 +138,12 @@ def train_cmd(
     if task or cfg.task.name:  # generated examples: no prepared data
         from alilama_core.app.tasks import task_config
 
+        if given_data is not None:
+            raise AlilamaError(
+                f"--data {given_data!r} and --task {task or cfg.task.name!r} exclude each other: a task run trains "
+                "on generated examples, never on prepared data. Drop --data, or drop --task (and task.name) "
+                "to train on the data"
+            )
         cfg, data = task_config(cfg, task, bool(resume), overrides), ""
     elif not data:
         raise AlilamaError("give --data DIR (a folder written by `alilama data prepare`), or --task NAME")
@@ -144,6 +154,7 @@ def train_cmd(
         if not resume and cfg.model.vocab_size != vocab:
             console.print(f"model.vocab_size set to the tokenizer's {vocab}", highlight=False)
             cfg.model.vocab_size = vocab
+    warn_replacements()  # a built-in taken over by a plugin is said before training starts
     trainer = get_trainer(cfg.train.trainer)(cfg, echo=console.print, show_progress=progress)
     result = trainer.fit(data, str(run), resume=bool(resume), overwrite=overwrite, stop_at=stop_at)
     if result.get("interrupted"):
@@ -162,7 +173,15 @@ def eval_cmd(
     context_lengths: Annotated[
         Optional[str], typer.Option("--context-lengths", help="e.g. 128,256,512,1024 (default 1x,2x,4x,8x).")
     ] = None,
-    attention: Annotated[str, typer.Option("--attention", help="Backend for evaluation.")] = "auto",
+    attention: Annotated[
+        str,
+        typer.Option(
+            "--attention",
+            help="Backend for evaluation (auto: the fastest exact one, or the run's own when it was "
+            "trained with non-exact attention).",
+        ),
+    ] = "auto",
+    force_attention: ForceAttentionOpt = False,
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="Tokens per file (0: all).")] = 262_144,
     no_verify: Annotated[bool, typer.Option("--no-verify", help="Skip the run's integrity check (hashes).")] = False,
     as_json: JsonOpt = False,
@@ -175,10 +194,12 @@ def eval_cmd(
 ) -> None:
     """Loss and bits per byte on raw text at the trained context and longer ones; for a task run,
     exact match and per-token accuracy at each length."""
+    if seed is not None and seed < 0:
+        raise AlilamaError(f"--seed must be an integer >= 0, got {seed}")
     if task is not None or lengths is not None or not data:  # a run trained on an algorithmic task
         from alilama_core.app.tasks import task_eval
 
-        return task_eval(run, task, lengths, examples, seed, attention, as_json)
+        return task_eval(run, task, lengths, examples, seed, attention, as_json, force_attention, not no_verify)
     from dataclasses import asdict
 
     from rich.table import Table
@@ -193,12 +214,24 @@ def eval_cmd(
             raise AlilamaError(f"--context-lengths must be comma-separated integers, got {context_lengths!r}") from None
         if not lengths or min(lengths) < 1:
             raise AlilamaError(f"--context-lengths must be positive integers, e.g. 128,256; got {context_lengths!r}")
+        from alilama_core.tasks import check_length_count
+
+        check_length_count(lengths, "--context-lengths")
     if max_tokens < 0:
         raise AlilamaError(f"--max-tokens must be >= 0 (0: all), got {max_tokens}")
     for file in data:
         if not Path(file).is_file():
             raise AlilamaError(f"eval file {file!r} does not exist")
-    rows = evaluate_run(run, data, lengths, attention=attention, max_tokens=max_tokens or None, verify=not no_verify)
+    with loud_warnings():
+        rows = evaluate_run(
+            run,
+            data,
+            lengths,
+            attention=attention,
+            max_tokens=max_tokens or None,
+            verify=not no_verify,
+            force_attention=force_attention,
+        )
     if as_json:
         print(json.dumps([asdict(r) for r in rows], indent=2))
         return

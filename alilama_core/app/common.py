@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import Annotated, Optional
 
+import click
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -24,8 +26,24 @@ class _Group(TyperGroup):
         except AlilamaError as exc:
             err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
             raise typer.Exit(1) from None
-        except OSError as exc:  # the file system refused (permissions, a full disk, a file for a folder)
-            if exc.filename is None:
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except Exception as exc:  # the file system refused (a full disk, permissions, a file for a folder)
+            from alilama_core.files import disk_full_message, disk_full_reason
+
+            reason = disk_full_reason(exc)  # also when a library wrapped it (torch, safetensors, numpy)
+            if reason is not None:  # one that the writers did not report themselves
+                where = exc.filename if isinstance(exc, OSError) and exc.filename else None
+                message = (
+                    disk_full_message(where, reason, "file", clean=False)
+                    if where
+                    else f"the disk is full ({reason}); free space on the disk this command writes to "
+                    "(delete files you no longer need: old runs, checkpoints, exports, caches), "
+                    "then run the same command again"
+                )
+                err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+                raise typer.Exit(1) from None
+            if not isinstance(exc, OSError) or exc.filename is None:
                 raise
             where = f"{exc.filename!s}" + (f" -> {exc.filename2!s}" if exc.filename2 else "")
             err_console.print(
@@ -44,6 +62,31 @@ OverridesArg = Annotated[
     typer.Argument(help="Overrides as section.field=value, e.g. model.n_layers=4 model.positional=rope."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+ForceAttentionOpt = Annotated[
+    bool,
+    typer.Option(
+        "--force-attention",
+        help="Run a run trained with non-exact attention (e.g. a sliding window) with another --attention "
+        "anyway (or an exact run with a non-exact one); its results are then not the model's own.",
+    ),
+]
+
+
+@contextmanager
+def loud_warnings():
+    """Print Alilama's warnings raised inside the block as ``warning:`` lines on stderr (others pass on)."""
+    import warnings
+
+    from alilama_core.errors import AlilamaWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", AlilamaWarning)
+        yield
+    for w in caught:
+        if issubclass(w.category, AlilamaWarning):
+            err_console.print(f"[bold yellow]warning:[/] {escape(str(w.message))}", highlight=False, soft_wrap=True)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
 
 
 def resolve_config(config: str | None, preset_name: str | None, overrides: list[str] | None):
@@ -54,3 +97,13 @@ def resolve_config(config: str | None, preset_name: str | None, overrides: list[
         raise AlilamaError("give either --config or --preset, not both")
     cfg = cfgmod.load(config) if config else cfgmod.preset(preset_name or "essay")
     return cfgmod.apply_overrides(cfg, overrides).validate()
+
+
+def warn_replacements() -> list[str]:
+    """Print a ``warning:`` line on stderr for every registered name a plugin took over; the lines."""
+    from alilama_core.registry import get_registry
+
+    notes = [entry.replacement_note() for entry in get_registry().replacements()]
+    for note in notes:
+        err_console.print(f"[bold yellow]warning:[/] {escape(note)}", highlight=False, soft_wrap=True)
+    return notes

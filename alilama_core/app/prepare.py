@@ -35,7 +35,7 @@ import numpy as np
 
 from alilama_core.data import META, SEPARATOR, DataError, token_dtype, tokenizer_hash
 from alilama_core.errors import TokenizerError
-from alilama_core.files import exclusive_lock
+from alilama_core.files import disk_full_guard, exclusive_lock
 from alilama_core.outputs import check_output, mark, new_folder_beside, stale_beside, swap_in
 
 ERRORS = ("strict", "replace", "ignore")
@@ -147,13 +147,52 @@ def read_hf_documents(spec: str, field: str = "text", split: str = "train") -> I
             if split not in ds:
                 raise DataError(f"dataset {name!r} has no split {split!r}; splits: {', '.join(ds)}")
             ds = ds[split]
-    else:
+        yield from _records(ds, name, field)
+        return
+    try:
         ds = datasets.load_dataset(name, split=split, streaming=True)
+        yield from _records(ds, name, field)  # streaming: the Hub is asked while reading, too
+    except Exception as exc:
+        if not _unreachable(exc):
+            raise
+        raise DataError(
+            f"could not reach dataset {name!r} on the Hugging Face Hub ({_reason(exc)}); check the network "
+            "connection (or HF_ENDPOINT, HTTPS_PROXY). To work offline, give local files instead: --input FILE "
+            "or FOLDER, or --input hf:PATH for a dataset saved with datasets' save_to_disk"
+        ) from None
+
+
+def _records(ds, name: str, field: str) -> Iterator[str]:
     for record in ds:
         if field not in record:
             raise DataError(f"dataset {name!r} has no field {field!r}; fields: {', '.join(record)}")
         if record[field]:
             yield record[field]
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` (from datasets or huggingface_hub) means the Hub could not be reached."""
+    import sys
+
+    kinds: list[type] = [ConnectionError, TimeoutError]
+    for module, names in (
+        ("huggingface_hub.errors", ("OfflineModeIsEnabled", "LocalEntryNotFoundError")),
+        ("requests.exceptions", ("ConnectionError", "Timeout")),
+        ("httpx", ("TransportError",)),
+    ):
+        loaded = sys.modules.get(module)  # only a client already in use can have raised
+        kinds += [getattr(loaded, n) for n in names if loaded is not None and hasattr(loaded, n)]
+    seen = 0
+    while exc is not None and seen < 8:  # the cause may be wrapped
+        if isinstance(exc, tuple(kinds)):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
+def _reason(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:200]}" if text else type(exc).__name__
 
 
 def _files(spec: str) -> list[Path]:
@@ -242,7 +281,7 @@ def prepare(
     eot = tokenizer.eot_id
     if eot is None:
         raise TokenizerError("the tokenizer has no <|endoftext|> token; train it with --special '<|endoftext|>'")
-    with exclusive_lock(out, "data folder"):
+    with disk_full_guard(out, "data folder"), exclusive_lock(out, "data folder"):
         check_output(out, "data", overwrite, inputs=[*inputs, str(tokenizer_dir)])  # again, under the lock
         for stale in stale_beside(out):
             shutil.rmtree(stale, ignore_errors=True)
@@ -301,7 +340,7 @@ def _encode_into(
                 encoded[i] = None  # free each piece's ids as soon as they are written
                 if last:
                     arr = np.append(arr, np.asarray(eot, dtype=dtype))
-                arr.tofile(files[split])
+                files[split].write(arr.tobytes())  # Python's write keeps the errno of a full disk; tofile does not
                 s = stats[split]
                 s.tokens += arr.size
                 n = len(text.encode("utf-8"))
@@ -373,7 +412,7 @@ def _split_by_position(
     with open(work / "val.bin", "wb") as f:
         for start in range(cut, n, block):
             chunk = np.asarray(tokens[start : start + block])
-            chunk.tofile(f)
+            f.write(chunk.tobytes())
             moved_bytes += int(byte_lengths[chunk].sum())
     del tokens
     os.truncate(train, cut * dtype.itemsize)

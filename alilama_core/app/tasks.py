@@ -113,10 +113,12 @@ def task_eval(
     seed: int | None,
     attention: str | None,
     as_json: bool,
+    force_attention: bool = False,
+    verify: bool = True,
 ) -> None:
     """Score a task run at each length; print a table or JSON and keep ``RUN/task-eval.json``."""
     from alilama_core import config as cfgmod
-    from alilama_core.tasks import evaluate_task_run, parse_length_list, parse_lengths
+    from alilama_core.tasks import check_eval_size, evaluate_task_run, get_task, parse_length_list, parse_lengths
 
     path = Path(run)
     if not (path / "config.yaml").is_file():
@@ -130,14 +132,20 @@ def task_eval(
     wanted = parse_length_list(lengths) if lengths else [hi, 2 * hi, 4 * hi]
     if examples < 1:
         raise AlilamaError(f"--examples must be positive, got {examples}")
-    built, rows = evaluate_task_run(
-        run,
-        wanted,
-        task=task,
-        examples=examples,
-        seed=seed,
-        attention=None if attention in (None, "auto") else attention,
-    )
+    check_eval_size(get_task(cfg.task.name, cfg.task.options), wanted, examples)  # before the run is loaded
+    from alilama_core.app.common import loud_warnings
+
+    with loud_warnings():
+        built, rows = evaluate_task_run(
+            run,
+            wanted,
+            task=task,
+            examples=examples,
+            seed=seed,
+            attention=None if attention in (None, "auto") else attention,
+            force_attention=force_attention,
+            verify=verify,
+        )
     result = {
         "run": str(path),
         "task": built.name,
@@ -179,9 +187,37 @@ def read_task_eval(run: str | Path) -> dict:
     if not path.is_file():
         raise AlilamaError(f"{str(run)!r} has no {EVAL_FILE}; run `alilama eval {run} --lengths ...` first")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise AlilamaError(f"{str(path)!r} is not valid JSON: {exc}") from None
+    problem = _task_eval_problem(data)
+    if problem:
+        raise AlilamaError(
+            f"{str(path)!r} is not the file `alilama eval` writes ({problem}); "
+            f"write it again with `alilama eval {run} --lengths ...`"
+        )
+    return data
+
+
+def _task_eval_problem(data) -> str | None:
+    """What is wrong with a ``task-eval.json`` (``None``: it holds what ``plot_accuracy`` reads)."""
+    if not isinstance(data, dict):
+        return "not a JSON object"
+    trained = data.get("trained_lengths")
+    if not (isinstance(trained, list) and len(trained) == 2 and all(isinstance(x, int) for x in trained)):
+        return "no trained_lengths [lo, hi]"
+    if not isinstance(data.get("rows"), list):
+        return "no list of rows"
+    for i, row in enumerate(data["rows"]):
+        if not isinstance(row, dict) or not isinstance(row.get("length"), int):
+            return f"row {i} has no length"
+        for key in ("exact_match", "token_accuracy"):
+            value = row.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                return f"row {i}: {key} is not a number"
+            if key not in row:
+                return f"row {i} has no {key}"
+    return None
 
 
 def plot_accuracy(runs: list[str | Path], out: str | Path, metric: str = "exact_match") -> Path:
@@ -197,9 +233,10 @@ def plot_accuracy(runs: list[str | Path], out: str | Path, metric: str = "exact_
     longest = 0
     for i, run in enumerate(runs):
         result = read_task_eval(run)
-        points = [(r["length"], r[metric]) for r in result["rows"] if r[metric] is not None]
+        points = [(r["length"], r[metric]) for r in result["rows"] if r.get(metric) is not None]
         if points:
-            ax.plot(*zip(*points), marker="o", color=f"C{i % 10}", label=f"{Path(run).name} ({result['positional']})")
+            label = f"{Path(run).name} ({result.get('positional', '?')})"
+            ax.plot(*zip(*points), marker="o", color=f"C{i % 10}", label=label)
         longest = max(longest, result["trained_lengths"][1])
     if longest:
         ax.axvline(longest, color="grey", ls=":", lw=1, label="longest trained length")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Annotated
 
@@ -9,12 +10,15 @@ import typer
 
 from alilama_core.app.common import (
     ConfigOpt,
+    ForceAttentionOpt,
     OverridesArg,
     PresetOpt,
     console,
+    loud_warnings,
     resolve_config,
 )
 from alilama_core.errors import AlilamaError
+from alilama_core.limits import describe, limit
 
 viz_app = typer.Typer(
     help="Draw what a model does: attention maps, the tape, positional terms.",
@@ -46,29 +50,57 @@ def attention_pictures(
     checkpoint: str | None = None,
     attention: str | None = None,
     html: bool = True,
+    force_attention: bool = False,
+    overwrite: bool = False,
 ) -> list[Path]:
-    """Write the attention grid (or one map), the head distances and the HTML tape for ``run``; return the paths."""
+    """Write the attention grid (or one map), the head distances and the HTML tape for ``run``; return the paths.
+
+    A run trained with a non-exact backend (``exact=False``, e.g. a sliding window) is refused with an
+    ``UnsupportedError`` naming it, before anything is written: the maps show exact attention only.
+
+    ``out`` is a folder of pictures that Alilama writes whole: new or empty, or
+    (with ``overwrite``) one that an earlier call wrote and that holds nothing
+    else. It is built beside its place and swapped in (see ``alilama_core.outputs``),
+    so a user's files are never overwritten.
+    """
     from alilama_core.app.viz_draw import draw_grid, draw_map, read_tape
     from alilama_core.app.viz_page import write_page
     from alilama_core.checkpoint import load_run
+    from alilama_core.files import exclusive_lock
+    from alilama_core.outputs import check_output, mark, new_folder_beside, stale_beside, swap_in
 
     if head is not None and layer is None:
         raise AlilamaError("--head needs --layer too (e.g. --layer 0 --head 3)")
-    loaded = load_run(run, checkpoint=checkpoint, attention=attention)
+    with loud_warnings():
+        loaded = load_run(run, checkpoint=checkpoint, attention=attention, force_attention=force_attention)
     tape = read_tape(loaded.model, loaded.tokenizer, text)
     out = Path(out)
-    written = []
-    if layer is not None and head is not None:
-        written.append(draw_map(tape, out / f"attention_l{layer}_h{head}.png", layer, head))
-    elif layer is not None:
-        from alilama_core.app.viz_draw import _check
+    with exclusive_lock(out, "--out folder"):
+        check_output(out, "viz", overwrite, inputs=[run], what="--out folder")  # the prompt and run are fine
+        for stale in stale_beside(out):
+            shutil.rmtree(stale, ignore_errors=True)
+        work = new_folder_beside(out, "--out folder")
+        try:
+            written = []
+            if layer is not None and head is not None:
+                written.append(draw_map(tape, work / f"attention_l{layer}_h{head}.png", layer, head))
+            elif layer is not None:
+                from alilama_core.app.viz_draw import _check
 
-        _check(tape, layer, None)
-        written += [draw_map(tape, out / f"attention_l{layer}_h{h}.png", layer, h) for h in range(tape.shape[1])]
-    else:
-        written.append(draw_grid(tape, out / "attention.png"))
-    if html:
-        written.append(write_page(tape, out / "tape.html", title=f"Alilama tape: {Path(run).name}"))
+                _check(tape, layer, None)
+                written += [
+                    draw_map(tape, work / f"attention_l{layer}_h{h}.png", layer, h) for h in range(tape.shape[1])
+                ]
+            else:
+                written.append(draw_grid(tape, work / "attention.png"))
+            if html:
+                written.append(write_page(tape, work / "tape.html", title=f"Alilama tape: {Path(run).name}"))
+            mark(work, "viz")
+            swap_in(work, out)
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+    written = [out / Path(p).name for p in written]
     for note in tape.notes:
         console.print(f"note: {note}", highlight=False)
     return written
@@ -84,7 +116,7 @@ def attention_cmd(
     prompt_file: Annotated[str | None, typer.Option("--prompt-file", help="Read the prompt from a file.")] = None,
     out: Annotated[
         str,
-        typer.Option("--out", "-o", help="Output folder for attention.png and tape.html."),
+        typer.Option("--out", "-o", help="New or empty folder for attention.png and tape.html (see --overwrite)."),
     ] = "viz",
     layer: Annotated[
         int | None,
@@ -96,14 +128,22 @@ def attention_cmd(
         typer.Option("--checkpoint", help="Checkpoint folder name, e.g. step-00001000."),
     ] = None,
     attention: Annotated[str | None, typer.Option("--attention", help="Backend to run the model with.")] = None,
+    force_attention: ForceAttentionOpt = False,
     html: Annotated[
         bool,
         typer.Option("--html/--no-html", help="Also write the interactive tape.html."),
     ] = True,
+    overwrite: Annotated[
+        bool,
+        typer.Option("--overwrite", help="Replace the pictures an earlier `alilama viz attention` wrote in --out."),
+    ] = False,
 ) -> None:
     """Attention maps (layers x heads, token labels) and a self-contained interactive tape.html."""
     text = read_prompt(prompt, prompt_file)
-    for path in attention_pictures(run, text, out, layer, head, checkpoint, attention, html):
+    pictures = attention_pictures(
+        run, text, out, layer, head, checkpoint, attention, html, force_attention, overwrite=overwrite
+    )
+    for path in pictures:
         console.print(f"wrote {path}", highlight=False)
 
 
@@ -115,7 +155,9 @@ def positional_cmd(
     out: Annotated[str, typer.Option("--out", "-o", help="PNG path.")] = "positional.png",
     distance: Annotated[
         int | None,
-        typer.Option("--distance", help="Largest distance drawn (default: the context length)."),
+        typer.Option(
+            "--distance", help="Largest distance drawn (default: the context length; at most MAX_VIZ_DISTANCE, 65,536)."
+        ),
     ] = None,
 ) -> None:
     """Each head's positional term against distance, for the config's positional scheme."""
@@ -123,6 +165,8 @@ def positional_cmd(
 
     if distance is not None and distance < 1:
         raise AlilamaError(f"--distance must be at least 1, got {distance}")
+    if distance is not None and distance > limit("MAX_VIZ_DISTANCE"):
+        raise AlilamaError(f"--distance {distance:,} is over its limit: {describe('MAX_VIZ_DISTANCE')}")
     cfg = resolve_config(config, preset, overrides)
     path = draw_positional(cfg.model, out, distance)
     console.print(f"wrote {path}", highlight=False)

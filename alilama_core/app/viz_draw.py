@@ -15,6 +15,7 @@ import numpy as np
 
 from alilama_core.errors import AlilamaError
 from alilama_core.files import atomic_open
+from alilama_core.limits import describe, limit
 
 
 @dataclass
@@ -298,6 +299,31 @@ def draw_lens(tape: Tape, path: str | Path, dpi: int = 80) -> Path:
     return _save(fig, path, dpi)
 
 
+def check_profile_size(scheme, model_config, n: int) -> None:
+    """Refuse a profile over ``n`` distances past ``MAX_VIZ_DISTANCE``, or one whose tensors would not fit in memory."""
+    from alilama_core.config import available_memory
+    from alilama_core.errors import ConfigError
+
+    if n > limit("MAX_VIZ_DISTANCE"):
+        raise ConfigError(
+            f"the picture would cover {n:,} distances (--distance, default model.context_length): "
+            f"{describe('MAX_VIZ_DISTANCE')}"
+        )
+    points = n + 1
+    per_kind = {
+        "bias": 3 * model_config.n_heads * points,
+        "rotary": 4 * scheme.head_dim * points if hasattr(scheme, "head_dim") else 4 * points,
+        "embedding": 2 * points * points + 2 * model_config.d_model * points,
+    }
+    need = 4 * per_kind.get(scheme.kind, points)  # float32 bytes
+    have = available_memory()
+    if have is not None and need > have:
+        raise ConfigError(
+            f"drawing {model_config.positional} over {n:,} distances needs about {need / 2**30:,.1f} GiB but "
+            f"{have / 2**30:,.1f} GiB of memory is available; give a smaller --distance"
+        )
+
+
 def positional_profile(model_config, distance: int | None = None):
     """What the scheme adds to an attention score, by distance, through its interface.
 
@@ -317,6 +343,7 @@ def positional_profile(model_config, distance: int | None = None):
     n = int(distance or model_config.context_length)
     if scheme.max_positions is not None:
         n = min(n, scheme.max_positions - 1)
+    check_profile_size(scheme, model_config, n)
     d = torch.arange(n + 1)  # (N+1,)
     with torch.no_grad():
         if scheme.kind == "bias":
@@ -343,8 +370,8 @@ def positional_profile(model_config, distance: int | None = None):
 
 def draw_positional(model_config, path: str | Path, distance: int | None = None, dpi: int = 90) -> Path:
     """A PNG of each head's positional term against distance (see ``positional_profile``)."""
+    d, terms, kind, note = positional_profile(model_config, distance)  # checks its size before pyplot loads
     plt = _pyplot()
-    d, terms, kind, note = positional_profile(model_config, distance)
     fig, ax = plt.subplots(figsize=(7, 4))
     many = terms.shape[0] > 1
     for h, row in enumerate(terms):

@@ -179,7 +179,9 @@ def register_commands(app):
         dataset: Annotated[
             Optional[list[str]], typer.Option("--dataset", help="Hub dataset id for the card (repeatable).")
         ] = None,
-        force: Annotated[bool, typer.Option("--force", help="Write into a folder that is not empty.")] = False,
+        force: Annotated[
+            bool, typer.Option("--force", help="Replace an export that Alilama wrote in OUT (nothing else).")
+        ] = False,
     ) -> None:
         """Write a Hugging Face model folder: AutoModelForCausalLM and AutoTokenizer load it."""
         from alilama_core.errors import AlilamaError
@@ -198,7 +200,7 @@ def register_commands(app):
             overwrite=force,
             format=format,
         )
-        files = ", ".join(sorted(p.name for p in path.iterdir()))
+        files = ", ".join(sorted(p.name for p in path.iterdir() if not p.name.startswith(".")))
         typer.echo(f"exported {run} to {path} as {exported_format(path)}: {files}")
         if license is None:
             typer.echo("note: no --license given; the model card says so (add one before publishing)")

@@ -19,6 +19,42 @@ except ImportError:  # transformers 4.x
     from transformers import PretrainedConfig as PreTrainedConfig
 
 POSITIONAL_SCHEMES = ("alibi", "rope", "learned", "nope")
+DIMENSION_LIMITS = {
+    "vocab_size": 1 << 24,
+    "d_model": 1 << 16,
+    "n_layers": 1024,
+    "n_heads": 1024,
+    "d_mlp": 1 << 18,
+    "context_length": 1 << 20,
+}
+"""Largest value of each dimension (Alilama's own ``alilama_core.limits``, repeated: this file runs without it)."""
+
+
+def _check_dimensions(**dims: int) -> None:
+    """Refuse dimensions that are not positive integers within ``DIMENSION_LIMITS``, and models whose
+    float32 weights alone exceed this machine's memory, before any layer is built."""
+    import os
+
+    for name, value in dims.items():
+        most = DIMENSION_LIMITS[name]
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+            raise ValueError(
+                f"{name} must be an integer from 1 to {most:,} for an Alilama model, got {value!r}: "
+                "this config.json is corrupt or was edited; restore the exported one"
+            )
+    d, f = dims["d_model"], dims["d_mlp"]
+    parameters = (
+        dims["vocab_size"] * d + dims["n_layers"] * (4 * d * d + 2 * d * f + 9 * d + f) + dims["context_length"] * d
+    )
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        memory = None
+    if memory and 4 * parameters > memory:
+        raise ValueError(
+            f"this config describes about {parameters:,} parameters, whose float32 weights need "
+            f"{4 * parameters / 2**30:,.1f} GiB; this machine has {memory / 2**30:,.1f} GiB of memory"
+        )
 
 
 class AlilamaConfig(PreTrainedConfig):
@@ -81,6 +117,14 @@ class AlilamaConfig(PreTrainedConfig):
                 "scheme needs positional_module and positional_class (its standalone module, written by "
                 "`alilama export hf`)"
             )
+        _check_dimensions(
+            vocab_size=vocab_size,
+            d_model=d_model,
+            n_layers=n_layers,
+            n_heads=n_heads,
+            d_mlp=d_mlp,
+            context_length=context_length,
+        )
         if d_model % n_heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
         if positional == "rope" and (d_model // n_heads) % 2:

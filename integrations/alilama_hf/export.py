@@ -11,6 +11,9 @@ Two formats; ``--format auto`` (the default) picks the first that is exact:
   weights (and a plugin scheme's standalone module), loaded with
   ``trust_remote_code=True``.
 
+Both compute exact attention (the full causal softmax), so a run trained with a
+backend that declares ``exact=False`` (a sliding window) is refused by name.
+
 The folder::
 
     OUT/config.json               the architecture's config (remote code: auto_map to the copied code)
@@ -23,6 +26,7 @@ The folder::
     OUT/tokenizer_config.json     PreTrainedTokenizerFast, special tokens and model_max_length
     OUT/special_tokens_map.json
     OUT/README.md                 the model card
+    OUT/.alilama-output           marks the folder as Alilama's export (``--force`` replaces only such a folder)
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from alilama_core.errors import AlilamaError
+from alilama_core.errors import AlilamaError, UnsupportedError
 
 HERE = Path(__file__).resolve().parent
 CODE_FILES = ("configuration_alilama.py", "modeling_alilama.py")
@@ -51,7 +55,6 @@ FORMATS = ("auto", "native", "remote-code")
 BUILTIN_SCHEMES = ("alibi", "rope", "learned", "nope")
 NATIVE_TOLERANCE = 1e-4
 """Largest logit difference the export accepts between Alilama and the native architecture (seen: ~1e-6)."""
-EOT = "<|endoftext|>"
 SCHEME_TEXT = {
     "alibi": (
         "ALiBi (Press et al., 2022): no position embedding; each head adds `-m_h * (i - j)` to the "
@@ -231,26 +234,125 @@ def export(
     overwrite: bool = False,
     format: str = "auto",
 ) -> Path:
-    """Write the Hugging Face folder for ``run`` into ``out``; returns ``out``.
+    """Write the Hugging Face folder for ``run`` at ``out``; returns ``out``.
 
     ``format``: ``auto`` (native where exact, else remote code), ``native`` or
     ``remote-code``. ``license``: a Hub license id for the card (``None``: the
-    card says that no license was given).
-    """
-    from transformers import GenerationConfig
+    card says that no license was given). ``overwrite`` (``--force``) replaces
+    an export Alilama wrote there (see ``check_export_folder``).
 
+    As with runs and data folders (``alilama_core.outputs``), the folder is built
+    beside ``out`` and swapped in when complete, under ``out``'s exclusive lock:
+    a failure, a kill or a full disk leaves the old folder (or none), and a
+    second export to the same ``out`` fails at once naming the first.
+    """
     import alilama_hf
-    from alilama_core.checkpoint import load_run
+    from alilama_core.files import disk_full_guard, exclusive_lock
+    from alilama_core.outputs import mark, new_folder_beside, stale_beside, swap_in
 
     alilama_hf.register_auto_classes()
     if license is not None and not re.fullmatch(r"[a-z0-9][a-z0-9.+-]*", license):
         raise AlilamaError(f"--license must be a Hub license id such as mit, apache-2.0 or cc-by-4.0, got {license!r}")
+    from alilama_hf.card_text import check_dataset_id, check_repo_id
+
+    if repo_id is not None:  # it lands in the card's Markdown and in its Python snippet
+        check_repo_id(repo_id)
+    for dataset in datasets or []:
+        check_dataset_id(dataset)
     if format not in FORMATS:
         raise AlilamaError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}")
     out = Path(out)
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise AlilamaError(f"{str(out)!r} exists and is not empty; choose another folder or pass --force")
+    check_export_folder(run, out, overwrite)  # before the run is loaded
+    with disk_full_guard(out, "export folder"), exclusive_lock(out, "export folder"):
+        check_export_folder(run, out, overwrite)  # again, under the lock
+        for stale in stale_beside(out):  # left by a killed export
+            shutil.rmtree(stale, ignore_errors=True)
+        work = new_folder_beside(out, "export folder")
+        try:
+            _write_export(
+                run, work, checkpoint=checkpoint, repo_id=repo_id, license=license, datasets=datasets, format=format
+            )
+            mark(work, "hf")
+            swap_in(work, out)
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+    return out
+
+
+def check_export_folder(run: str | os.PathLike[str], out: Path, overwrite: bool = False) -> None:
+    """Raise ``OutputError`` unless ``out`` may be written as a new export of ``run``.
+
+    ``out`` may be missing or empty. An existing folder is replaced only with
+    ``overwrite`` (``--force``), and only when it is Alilama's own export (its
+    ``.alilama-output`` marker says so; an export written before markers
+    existed is known by its config.json and model card) holding nothing else.
+    ``out`` must not be, or contain, the run.
+    """
+    from alilama_core.outputs import NOUN, OutputError, check_writable_path, foreign_entries, kind_of
+
+    resolved, source = out.resolve(), Path(run).resolve()
+    if resolved == source or resolved in source.parents:
+        relation = "is" if resolved == source else "contains"
+        raise OutputError(
+            f"the export folder {str(out)!r} {relation} the run {str(run)!r}; writing there would destroy the "
+            "run. Choose another OUT"
+        )
+    check_writable_path(out, "export folder")
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    marked = kind_of(out)
+    own = marked == "hf" or (marked is None and _legacy_export(out))
+    if not overwrite:
+        raise OutputError(
+            f"{str(out)!r} exists and is not empty; "
+            + ("pass --force to replace the export in it, or choose another folder" if own else "choose another folder")
+        )
+    if not own:
+        holds = f"a {NOUN.get(marked, marked)}" if marked else "files Alilama did not write"
+        raise OutputError(
+            f"--force replaces only an export that Alilama wrote, and {str(out)!r} holds {holds}; nothing was "
+            "deleted. Choose another folder"
+        )
+    foreign = foreign_entries(out, "hf")
+    if foreign:
+        raise OutputError(
+            f"{str(out)!r} holds files Alilama did not write ({', '.join(foreign[:5])}); --force will not delete "
+            "them. Move them away or choose another folder"
+        )
+
+
+def _legacy_export(folder: Path) -> bool:
+    """An export written before folders carried a marker: a config.json and Alilama's model card."""
+    try:
+        return (folder / "config.json").is_file() and "Alilama" in (folder / "README.md").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _write_export(
+    run: str | os.PathLike[str],
+    out: Path,
+    *,
+    checkpoint: str | None,
+    repo_id: str | None,
+    license: str | None,
+    datasets: list[str] | None,
+    format: str,
+) -> None:
+    """Write the folder's files into ``out``, a new empty folder."""
+    from transformers import GenerationConfig
+
+    from alilama_core.checkpoint import load_run
+
     loaded = load_run(run, checkpoint=checkpoint)
+    backend = loaded.model.backend
+    if not backend.exact:  # both formats compute the full causal softmax
+        raise UnsupportedError(
+            f"cannot export {str(run)!r}: it was trained with attention backend {backend.name!r}, which is not "
+            "exact attention (it declares exact=False), and an exported transformers model computes full "
+            f"causal attention, so its logits would not be the run's. Export runs trained with an exact backend"
+        )
     tok = loaded.tokenizer
     if not tok.hf_export:  # an optional capability the tokenizer declares
         raise AlilamaError(
@@ -267,10 +369,6 @@ def export(
     if chosen == "remote-code":
         model.config.auto_map = dict(AUTO_MAP)
         model.config.architectures = ["AlilamaForCausalLM"]
-    if out.exists() and overwrite:  # no stale code files from an export in the other format
-        for path in [*(out / n for n in CODE_FILES), *out.glob("positional_*.py")]:
-            path.unlink(missing_ok=True)
-    out.mkdir(parents=True, exist_ok=True)
     _save_quietly(model, out)
     if chosen == "remote-code":
         _fix_config_json(out / "config.json")
@@ -291,7 +389,6 @@ def export(
         format_note=note,
     )
     (out / "README.md").write_text(card, encoding="utf-8")
-    return out
 
 
 def exported_format(folder: str | os.PathLike[str]) -> str:
@@ -447,7 +544,7 @@ def model_card(
     raw = _read_yaml(run / "config.yaml")
     rows = _read_metrics(run / "metrics.jsonl")
     meta = prepared_data(run)
-    datasets = list(dict.fromkeys([*(datasets or []), *hub_datasets(meta)]))
+    datasets = list(dict.fromkeys([*(datasets or []), *_valid_ids(hub_datasets(meta))]))
     native = format == "native"
     arch = None
     if native:
@@ -462,7 +559,9 @@ def model_card(
     front["tags"] = tags
     if datasets:
         front["datasets"] = datasets
-    title = repo_id.rstrip("/").split("/")[-1] if repo_id else run.resolve().name
+    from alilama_hf.card_text import markdown_text
+
+    title = markdown_text(repo_id.rstrip("/").split("/")[-1] if repo_id else run.resolve().name)
     where = repo_id or "PATH/TO/THIS/FOLDER"
     lines = ["---", yaml.safe_dump(front, sort_keys=False).strip(), "---", "", f"# {title}", ""]
     lines += [
@@ -572,11 +671,28 @@ def _params(n: int) -> str:
     return str(n)
 
 
+def _valid_ids(datasets: list[str]) -> list[str]:
+    """The dataset ids found in a data folder's sources that are valid Hub ids (others are left out)."""
+    from alilama_hf.card_text import check_dataset_id
+
+    valid = []
+    for dataset in datasets:
+        try:
+            valid.append(check_dataset_id(dataset))
+        except AlilamaError:
+            continue
+    return valid
+
+
 def _data_lines(meta: dict | None, datasets: list[str]) -> list[str]:
+    from alilama_hf.card_text import code_span, markdown_text
+
     lines = []
     if datasets:
         lines.append(
-            "Hub datasets: " + ", ".join(f"[{d}](https://huggingface.co/datasets/{d})" for d in datasets) + "."
+            "Hub datasets: "
+            + ", ".join(f"[{markdown_text(d)}](https://huggingface.co/datasets/{d})" for d in datasets)
+            + "."
         )
     if not meta:
         lines += ([""] if lines else []) + [
@@ -589,7 +705,7 @@ def _data_lines(meta: dict | None, datasets: list[str]) -> list[str]:
     if lines:
         lines.append("")
     if sources:
-        lines.append("Sources: " + ", ".join(f"`{s}`" for s in sources) + ".")
+        lines.append("Sources: " + ", ".join(code_span(s) for s in sources) + ".")
     if splits:
         lines += ["", "| split | tokens | documents | bytes |", "|---|---|---|---|"]
         for name, st in splits.items():
@@ -666,7 +782,9 @@ def _eval_lines(rows: list[dict], run: Path) -> list[str]:
         data = _read_json(path)
         figures = [f"{k} {_num(v)}" for k, v in data.items() if isinstance(v, (int, float))]
         if figures:
-            lines += ["", f"`{path.name}`: " + ", ".join(figures) + "."]
+            from alilama_hf.card_text import code_span
+
+            lines += ["", f"{code_span(path.name)}: " + ", ".join(figures) + "."]
     return lines or ["No evaluation figures were recorded in the run folder."]
 
 
@@ -680,13 +798,15 @@ def _eval_keys(rows: list[dict]) -> list[str]:
 
 
 def _usage(where: str, native: bool) -> list[str]:
+    from alilama_hf.card_text import python_string
+
     trust = "" if native else ", trust_remote_code=True"
     tok_trust = "" if native else ", trust_remote_code=False"
     return [
         "from transformers import AutoModelForCausalLM, AutoTokenizer",
         "",
-        f'tokenizer = AutoTokenizer.from_pretrained("{where}"{tok_trust})',
-        f'model = AutoModelForCausalLM.from_pretrained("{where}"{trust})',
+        f"tokenizer = AutoTokenizer.from_pretrained({python_string(where)}{tok_trust})",
+        f"model = AutoModelForCausalLM.from_pretrained({python_string(where)}{trust})",
         'inputs = tokenizer("Once upon a time", return_tensors="pt")',
         "out = model.generate(**inputs, max_new_tokens=100, do_sample=True, temperature=0.8, top_k=40)",
         "print(tokenizer.decode(out[0], skip_special_tokens=True))",

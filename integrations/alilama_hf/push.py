@@ -67,11 +67,17 @@ def push(
     """Export ``run`` and upload it to ``repo_id`` (created if needed); returns the commit URL."""
     if repo_id.count("/") != 1 or not all(repo_id.split("/")):
         raise HubError(f"--repo must look like USER/NAME, got {repo_id!r}")
+    from alilama_hf.card_text import check_dataset_id, check_repo_id
+
+    check_repo_id(repo_id, "--repo")  # the Hub's own rules, before the token and the network are tried
+    for dataset in datasets or []:
+        check_dataset_id(dataset)
     token = find_token()
     check_hub(timeout)
     from huggingface_hub import create_branch, create_repo, upload_folder
     from huggingface_hub.errors import HfHubHTTPError
 
+    from alilama_core.outputs import MARKER
     from alilama_hf.export import export
 
     with tempfile.TemporaryDirectory(prefix="alilama-push-") as tmp:
@@ -95,6 +101,7 @@ def push(
                 revision=revision,
                 token=token,
                 commit_message=f"Upload Alilama model from {Path(run).name}",
+                ignore_patterns=[MARKER],  # a local marker of Alilama's output folders
             )
         except HfHubHTTPError as exc:
             raise HubError(f"the Hub refused the upload to {repo_id!r}: {exc}") from None

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from alilama_core.errors import TokenizerError
 from alilama_core.files import atomic_write_text
+from alilama_core.limits import loads_json
 
 from alilama_bpe import reference
 
@@ -174,17 +175,18 @@ def model_path(path: Path) -> Path:
 def read_folder(path: Path) -> tuple[list[tuple[int, int]], dict[str, int], str]:
     """Merges, special tokens and pattern of a saved folder (or a ``.model`` file).
 
-    In a folder, ``tokenizer.model`` is checked against ``tokenizer_config.json``:
+    In a folder (or given as the path of a saved folder's ``tokenizer.model``
+    itself), ``tokenizer.model`` is checked against ``tokenizer_config.json``:
     the hash recorded there (folders saved before hashes were recorded have none),
     the number of merges, the vocabulary size and the special tokens. A file that
     was truncated, edited or swapped is refused with an error naming it.
     """
     mpath = model_path(path)
     cpath = mpath.parent / CONFIG_FILE
-    if not path.is_dir() or not cpath.is_file():
-        return read_model(mpath)
+    if not cpath.is_file() or (not path.is_dir() and mpath.name != MODEL_FILE):
+        return read_model(mpath)  # a lone .model file: nothing recorded to check it against
     try:
-        config = json.loads(cpath.read_text(encoding="utf-8"))
+        config = loads_json(cpath.read_text(encoding="utf-8"), TokenizerError, str(cpath))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise TokenizerError(f"{cpath} is corrupt: {e}") from None
     if not isinstance(config, dict):

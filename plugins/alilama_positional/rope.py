@@ -19,6 +19,20 @@ class RoPE(PositionalScheme):
     defaults = {"theta": 10000.0}
     """``theta``: the base of the rotation frequencies (``model.positional_options``)."""
 
+    @classmethod
+    def check_options(cls, options, name: str = ""):
+        """``defaults`` with ``options`` applied; ``theta`` must be a finite number above 1."""
+        import math
+
+        checked = super().check_options(options, name)
+        theta = checked["theta"]
+        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not math.isfinite(theta) or theta <= 1:
+            raise ConfigError(
+                f"model.positional_options.theta must be a finite number above 1 (the base of RoPE's "
+                f"rotation frequencies), got {theta!r}; e.g. model.positional_options.theta=10000"
+            )
+        return checked
+
     def __init__(self, config) -> None:
         super().__init__(config)
         if self.head_dim % 2:

@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from alilama_core import config as cfgmod
 from alilama_core.checkpoint import (
     WEIGHTS,
+    attention_record,
     checkpoints,
     file_sha256,
     load_tokenizer,
@@ -50,7 +51,7 @@ from alilama_core.config import Config, check_memory, estimate_parameters
 from alilama_core.data import DataError, TokenData, check_fits, random_windows, tokenizer_hash
 from alilama_core.errors import AlilamaError, CheckpointError, ConfigError
 from alilama_core.evaluate import window_nll
-from alilama_core.files import atomic_write_text, exclusive_lock
+from alilama_core.files import atomic_write_text, disk_full_guard, exclusive_lock
 from alilama_core.interfaces import Trainer
 from alilama_core.tasks import TaskData, collate
 from alilama_core.model import GPT, build_model
@@ -225,6 +226,7 @@ class DefaultTrainer(Trainer):
                 "checkpoints": {},
                 "history": [{"action": "start", "time": _now(), "pid": os.getpid(), "trainer": self.name}],
             }
+            self._record_attention(record)
             write_run_json(work, record)
             mark(work, "run")
             swap_in(work, run)
@@ -253,27 +255,43 @@ class DefaultTrainer(Trainer):
         record.setdefault("tokenizer_sha256", tokenizer_hash(run / "tokenizer"))
         if not getattr(self.config, "task", None) or not self.config.task.name:
             record["data"] = str(data.dir.resolve())
+        self._record_attention(record)
         return record
+
+    def _record_attention(self, record: dict) -> None:
+        """Keep in ``record`` the backend this training uses when it is not exact (see ``attention_record``).
+
+        A resumed run records the backend of its latest training.
+        """
+        kept = attention_record(self.config.model.attention, self.config.model.attention_options)
+        if kept is None:
+            record.pop("attention", None)
+        else:
+            record["attention"] = kept
 
     # -- checkpoints --------------------------------------------------------------
 
     def _save_checkpoint(self, run: Path, name: str, model: GPT, opt, state: dict, record: dict) -> Path:
         final = run / name
-        tmp = Path(tempfile.mkdtemp(dir=run, prefix=f".{name}.", suffix=".tmp"))
+        tmp = None
         try:
-            digest = file_sha256(save_weights(model, tmp))
-            if opt is not None:
-                torch.save(opt.state_dict(), tmp / "optimizer.pt")
-                torch.save({"torch": torch.get_rng_state()}, tmp / "rng.pt")
-            state = {**state, "weights_sha256": digest}
-            (tmp / "state.json").write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
-            if record["checkpoints"].pop(name, None) is not None:
-                write_run_json(run, record)  # never leave a hash that describes the folder being replaced
-            if final.exists():
-                shutil.rmtree(final)
-            os.replace(tmp, final)
+            # torch reports a short write without its reason: recognise a full disk before the partial files go
+            with disk_full_guard(final, "checkpoint", lambda: _after_disk_full(run, True)):
+                tmp = Path(tempfile.mkdtemp(dir=run, prefix=f".{name}.", suffix=".tmp"))
+                digest = file_sha256(save_weights(model, tmp))
+                if opt is not None:
+                    torch.save(opt.state_dict(), tmp / "optimizer.pt")
+                    torch.save({"torch": torch.get_rng_state()}, tmp / "rng.pt")
+                state = {**state, "weights_sha256": digest}
+                (tmp / "state.json").write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
+                if record["checkpoints"].pop(name, None) is not None:
+                    write_run_json(run, record)  # never leave a hash that describes the folder being replaced
+                if final.exists():
+                    shutil.rmtree(final)
+                os.replace(tmp, final)
         except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
             raise
         record["checkpoints"][name] = digest
         write_run_json(run, record)
@@ -345,7 +363,7 @@ class DefaultTrainer(Trainer):
 
     @torch.no_grad()
     def samples(self, model: GPT, tokenizer, step: int) -> list[str]:
-        from alilama_core.generate import SamplingSettings, generate
+        from alilama_core.generation import SamplingSettings, generate
 
         cfg = self.config.train
         settings = SamplingSettings(max_new_tokens=cfg.sample_tokens, temperature=0.8, top_k=40, seed=step)
@@ -382,8 +400,12 @@ class DefaultTrainer(Trainer):
             inputs = [] if getattr(cfg, "task", None) and cfg.task.name else [data_dir]
             check_output(run, "run", overwrite, inputs=inputs)
         dist = Distributed(tcfg.device)
+        self._run_ready = resume  # whether ``run`` holds this run (a new one is swapped in by _new_run)
         try:
-            with ExitStack() as held:
+            with (
+                disk_full_guard(run, "run folder", lambda: _after_disk_full(run, self._run_ready)),
+                ExitStack() as held,
+            ):
                 if dist.main:  # one writer per run folder, for the whole run
                     _lock_run(held, run)
                 return self._fit(cfg, tcfg, dist, Path(data_dir), run, resume, overwrite, stop_at)
@@ -426,6 +448,7 @@ class DefaultTrainer(Trainer):
         record: dict[str, Any] = {"checkpoints": {}}
         if dist.main:  # every check passed: only now is the run folder written
             record = self._open_run(run, data) if resume else self._new_run(run, data, overwrite, task is not None)
+            self._run_ready = True
         dist.barrier()
         opt = make_optimizer(model, tcfg)
         sampler = np.random.Generator(np.random.PCG64(tcfg.seed))
@@ -436,6 +459,13 @@ class DefaultTrainer(Trainer):
             if state is not None:
                 step, tokens_seen, best = state["step"], state["tokens"], state["best"]
                 sampler.bit_generator.state = state["sampler"]
+            if step > tcfg.max_steps:  # the config must never record fewer steps than the weights have had
+                raise ConfigError(
+                    f"cannot resume with train.max_steps={tcfg.max_steps}: the run has already reached step "
+                    f"{step}. Give train.max_steps={step} or more"
+                    + (f" (or leave it out to keep {saved.train.max_steps})" if saved.train.max_steps >= step else "")
+                    + "; to use an earlier state, pick a checkpoint with --checkpoint in generate, eval or export"
+                )
             if step >= tcfg.max_steps and (run / "final" / WEIGHTS).is_file():
                 self.echo(
                     f"the run is finished: it reached train.max_steps={tcfg.max_steps} at step {step}; "
@@ -558,7 +588,27 @@ class DefaultTrainer(Trainer):
             for s, handler in previous.items():
                 signal.signal(s, handler)
             if metrics_file:
-                metrics_file.close()
+                try:
+                    metrics_file.close()
+                except OSError:  # every line was flushed when written: only a write that already failed is retried
+                    pass
+
+
+def _after_disk_full(run: Path, ready: bool) -> str:
+    """What to do once space is freed after a full disk stopped training into ``run``."""
+    import shlex
+
+    if not ready:  # the new run folder was never swapped in
+        return "run the same command again"
+    done = [p for p in checkpoints(run) if (p / WEIGHTS).is_file() and (p / "state.json").is_file()]
+    command = f"`alilama train --resume {shlex.quote(str(run))}`"
+    if not done:
+        return f"run {command}: the run has no checkpoint yet, so it starts again from step 0"
+    size = sum(f.stat().st_size for f in done[-1].iterdir() if f.is_file())
+    return (
+        f"run {command} to continue from {done[-1].name}, its newest complete checkpoint "
+        f"(each checkpoint takes about {size / 1e6:.1f} MB)"
+    )
 
 
 def _check_training_memory(model_cfg, device: torch.device) -> None:
