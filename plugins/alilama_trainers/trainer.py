@@ -20,10 +20,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import pickle
 import shutil
 import signal
 import tempfile
 import time
+import warnings
 from contextlib import ExitStack, nullcontext
 from datetime import datetime, timezone
 from pathlib import Path
@@ -138,6 +140,24 @@ ARCHITECTURE = (
 )
 # Bytes per parameter while training with AdamW in float32: weights, gradients, two moments.
 TRAINING_BYTES_PER_PARAMETER = 16
+
+
+def _load_state(path: Path) -> Any:
+    """A checkpoint's optimizer or RNG state, loaded with ``weights_only=True``: tensors and plain data only.
+
+    A file that holds anything else (a pickle that would build objects or run code)
+    is refused, never loaded another way.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch's note on the pickle protocol of a foreign file
+        try:
+            return torch.load(path, weights_only=True)
+        except pickle.UnpicklingError as exc:
+            raise CheckpointError(
+                f"{path.name} holds objects other than tensors and plain data, so it was not loaded (a file "
+                "that was not written by training, possibly tampered with); delete this checkpoint folder "
+                "to resume from an earlier one"
+            ) from exc
 
 
 def _now() -> str:
@@ -327,11 +347,14 @@ class DefaultTrainer(Trainer):
                     raise CheckpointError(f"state.json lacks {', '.join(lacking)}")
                 load_weights(model, path, recorded_weights_hash(path, record))
                 try:
-                    opt.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
-                    rng = torch.load(path / "rng.pt", weights_only=True)
+                    opt.load_state_dict(_load_state(path / "optimizer.pt"))
+                    rng = _load_state(path / "rng.pt")
                     torch.set_rng_state(rng["torch"])
+                except CheckpointError:
+                    raise
                 except Exception as exc:  # a truncated pickle-free torch file
-                    raise CheckpointError(f"{path.name}: optimizer or RNG state unreadable ({exc})") from exc
+                    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                    raise CheckpointError(f"optimizer or RNG state unreadable ({reason})") from exc
                 if errors:
                     self.echo(f"warning: skipped corrupt checkpoints: {'; '.join(errors)}")
                 self.echo(f"resuming from {path.name} (step {state['step']})")
