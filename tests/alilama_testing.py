@@ -6,8 +6,10 @@ import json
 import os
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
+import pytest
 import torch
 
 from alilama_core import ModelConfig, build_model
@@ -38,6 +40,21 @@ def available_backends() -> list[str]:
     reg = get_registry()
     backends = {n: attention_backend(reg.get("attention", n)) for n in reg.names("attention")}
     return [n for n, b in backends.items() if b.exact and b.available() is None]
+
+
+def needs_test_plugins(*distributions: str) -> pytest.MarkDecorator:
+    """Skip unless these test-only plugin packages are installed and ``ALILAMA_PLUGINS`` lets every plugin load."""
+    missing = []
+    for dist in distributions:
+        try:
+            metadata.distribution(dist)
+        except metadata.PackageNotFoundError:
+            missing.append(dist)
+    return pytest.mark.skipif(
+        bool(missing) or os.environ.get("ALILAMA_PLUGINS") is not None,
+        reason=f"test plugins not installed ({', '.join(missing) or 'none missing'}; make install does: "
+        "pip install -e tests/plugins/alilama-*), or ALILAMA_PLUGINS limits which plugins load",
+    )
 
 
 def run_cli(*args: str, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:

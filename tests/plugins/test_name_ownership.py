@@ -14,10 +14,11 @@ import os
 import subprocess
 import sys
 import textwrap
-from importlib import metadata
 from pathlib import Path
 
 import pytest
+
+from alilama_testing import needs_test_plugins
 
 from alilama_core import PositionalScheme, TokenizerError, hookimpl
 from alilama_core.registry import Registry, get_positional, get_registry
@@ -25,19 +26,7 @@ from alilama_core.registry import Registry, get_positional, get_registry
 IMPOSTOR = "alilama-impostor"
 
 
-def _impostor_installed() -> bool:
-    try:
-        metadata.distribution(IMPOSTOR)
-    except metadata.PackageNotFoundError:
-        return False
-    return True
-
-
-needs_impostor = pytest.mark.skipif(
-    not _impostor_installed() or os.environ.get("ALILAMA_PLUGINS") is not None,
-    reason="alilama-impostor is not installed (make install does: pip install -e tests/plugins/alilama-*), "
-    "or ALILAMA_PLUGINS limits which plugins load",
-)
+needs_impostor = needs_test_plugins(IMPOSTOR)
 
 
 def cli(*args: str, mode: str | None, extra: dict[str, str] | None = None, pythonpath: str | None = None):

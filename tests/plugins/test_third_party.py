@@ -10,16 +10,14 @@ at longer contexts, generate, and a Hugging Face export.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
-from importlib import metadata
 from pathlib import Path
 
 import pytest
-from alilama_testing import ok
+from alilama_testing import needs_test_plugins, ok
 from alilama_testing import run_cli as cli
 
 from alilama_core.testing import check_attention_backend, check_positional_scheme, check_tokenizer, check_trainer
@@ -33,21 +31,7 @@ PACKAGES = {
 }
 
 
-def _installed() -> list[str]:
-    missing = []
-    for dist in PACKAGES:
-        try:
-            metadata.distribution(dist)
-        except metadata.PackageNotFoundError:
-            missing.append(dist)
-    return missing
-
-
-pytestmark = pytest.mark.skipif(
-    bool(_installed()) or os.environ.get("ALILAMA_PLUGINS") is not None,
-    reason="the test plugins are not installed (make install does: pip install -e tests/plugins/alilama-*), "
-    "or ALILAMA_PLUGINS limits which load",
-)
+pytestmark = needs_test_plugins(*PACKAGES)
 
 
 @pytest.fixture(scope="module")

@@ -11,33 +11,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
 import subprocess
-from importlib import metadata
 from pathlib import Path
 
 import pytest
 import torch
-from alilama_testing import ok
+from alilama_testing import needs_test_plugins, ok
 from alilama_testing import run_cli as cli
 
 from alilama_core.errors import AlilamaWarning, ConfigError, UnsupportedError
 
 
-def _installed() -> bool:
-    try:
-        metadata.distribution("alilama-window")
-    except metadata.PackageNotFoundError:
-        return False
-    return True
-
-
-pytestmark = pytest.mark.skipif(
-    not _installed() or os.environ.get("ALILAMA_PLUGINS") is not None,
-    reason="the test plugin is not installed (make install does: pip install -e tests/plugins/alilama-window), "
-    "or ALILAMA_PLUGINS limits which load",
-)
+pytestmark = needs_test_plugins("alilama-window")
 
 WINDOW = 4  # positions a query sees; far below the trained context, so the window matters
 CONTEXT = 32
