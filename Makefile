@@ -13,9 +13,11 @@ TORCH_PIP_ARGS ?=
 EXAMPLE_PLUGIN := docs/plugins/alilama-sinusoidal
 TEST_PLUGINS   := $(wildcard tests/plugins/alilama-*)
 PYTEST_ARGS ?=
+# Test files spread over this many processes (pytest-xdist; each file stays in one process). 1: serial.
+TEST_WORKERS ?= 2
 QUICKSTART_ARGS ?=
 
-.PHONY: install quickstart test lint format bench docs docs-serve fuzz ci clean essay-config figures
+.PHONY: install quickstart test lint format bench docs docs-serve fuzz native-tests ci clean essay-config figures
 
 $(STAMP): pyproject.toml CMakeLists.txt $(wildcard native/*.cpp native/*.hpp native/*.py) $(EXAMPLE_PLUGIN)/pyproject.toml \
 		$(addsuffix /pyproject.toml,$(TEST_PLUGINS))
@@ -33,7 +35,7 @@ quickstart: $(STAMP)
 	$(BIN)/alilama quickstart $(QUICKSTART_ARGS)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q --benchmark-disable $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q --benchmark-disable $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -64,7 +66,11 @@ figures: $(STAMP)
 fuzz: $(STAMP)
 	bash scripts/fuzz_native.sh
 
-ci: lint test docs fuzz
+# The C++ unit tests of native/ (a plain executable, built apart from the Python module).
+native-tests:
+	bash scripts/native_tests.sh
+
+ci: lint test docs fuzz native-tests
 
 clean:
 	rm -rf build site .pytest_cache .benchmarks

@@ -15,8 +15,8 @@ imports nothing from it. Torch is imported only when a torch-backed name is
 first used, so the CLI starts fast.
 """
 
-from alilama_core.config import Config, ModelConfig, apply_overrides, preset
-from alilama_core.errors import (
+from alilama_core.contracts.config import Config, ModelConfig
+from alilama_core.contracts.errors import (
     AlilamaError,
     CheckpointError,
     ConfigError,
@@ -24,8 +24,9 @@ from alilama_core.errors import (
     TokenizerError,
     UnknownPluginError,
 )
-from alilama_core.hookspecs import hookimpl
-from alilama_core.tokenizer import Tokenizer
+from alilama_core.contracts.hookspecs import hookimpl
+from alilama_core.contracts.tokenizer import Tokenizer
+from alilama_core.engine.configs import apply_overrides, preset
 
 
 def _version() -> str:
@@ -41,25 +42,26 @@ def _version() -> str:
 __version__ = _version()
 
 _LAZY = {
-    "build_model": "alilama_core.model",
-    "GPT": "alilama_core.model",
-    "KVCache": "alilama_core.model",
-    "PositionalScheme": "alilama_core.interfaces",
-    "AttentionBackend": "alilama_core.interfaces",
-    "Trainer": "alilama_core.interfaces",
-    "registry": "alilama_core.registry",
-    "Run": "alilama_core.checkpoint",
-    "load_run": "alilama_core.checkpoint",
-    "load_tokenizer": "alilama_core.checkpoint",
-    "save_tokenizer": "alilama_core.tokenizer",
-    "SamplingSettings": "alilama_core.generation",
-    "generate": "alilama_core.generation",
-    "generate_text": "alilama_core.generation",
-    "stream_text": "alilama_core.generation",
-    "EvalRow": "alilama_core.evaluate",
-    "evaluate_run": "alilama_core.evaluate",
-    "evaluate_tokens": "alilama_core.evaluate",
-    "testing": "alilama_core.testing",
+    "build_model": "alilama_core.engine.model",
+    "GPT": "alilama_core.engine.model",
+    "KVCache": "alilama_core.engine.model",
+    "PositionalScheme": "alilama_core.contracts.positional",
+    "AttentionBackend": "alilama_core.contracts.attention",
+    "Trainer": "alilama_core.contracts.trainer",
+    "registry": "alilama_core.engine.registry",
+    "Run": "alilama_core.runs.checkpoint",
+    "load_run": "alilama_core.runs.checkpoint",
+    "load_tokenizer": "alilama_core.runs.tokenizers",
+    "save_tokenizer": "alilama_core.runs.tokenizers",
+    "SamplingSettings": "alilama_core.engine.generation",
+    "generate": "alilama_core.engine.generation",
+    "generate_text": "alilama_core.engine.generation",
+    "stream_text": "alilama_core.engine.generation",
+    "EvalRow": "alilama_core.runs.evaluate",
+    "evaluate_run": "alilama_core.runs.evaluate",
+    "evaluate_tokens": "alilama_core.runs.evaluate",
+    "testing": "alilama_core.kit",
+    "kit": "alilama_core.kit",
 }
 
 __all__ = [
@@ -100,5 +102,5 @@ def __getattr__(name: str):
         import importlib
 
         module = importlib.import_module(_LAZY[name])
-        return module if name in ("registry", "testing") else getattr(module, name)
+        return module if name in ("registry", "testing", "kit") else getattr(module, name)
     raise AttributeError(f"module 'alilama_core' has no attribute {name!r}")

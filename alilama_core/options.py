@@ -1,32 +1,11 @@
-"""A plugin's own settings: declared defaults, checked against what a config gives.
+"""Moved to ``alilama_core.contracts.options``; this path re-exports it for one release."""
 
-Every plugin kind may declare ``defaults`` (a mapping of setting name to default
-value). A config hands the plugin its settings (``model.positional_options``,
-``model.attention_options``, ``train.trainer_options``, ``--option`` for a
-tokenizer); ``check_options`` refuses a key the plugin does not declare.
-"""
+import warnings
 
-from __future__ import annotations
+from alilama_core.contracts.options import *  # noqa: F403
 
-from collections.abc import Mapping
-from typing import Any
-
-
-def check_options(
-    kind: str, name: str, accepted: Mapping[str, Any], options: Mapping[str, Any] | None
-) -> dict[str, Any]:
-    """``accepted`` (the defaults) updated with ``options``; an unknown key raises ``ConfigError`` naming it.
-
-    Shared by every plugin kind that declares its own settings (``options``)::
-
-        >>> check_options("positional", "rope", {"theta": 10000.0}, {"theta": 500.0})
-        {'theta': 500.0}
-    """
-    from alilama_core.errors import ConfigError
-
-    options = dict(options or {})
-    unknown = sorted(set(options) - set(accepted))
-    if unknown:
-        valid = ", ".join(sorted(accepted)) or "none"
-        raise ConfigError(f"{kind} {name!r} has no option(s) {', '.join(map(repr, unknown))}; its options: {valid}")
-    return {**dict(accepted), **options}
+warnings.warn(
+    "alilama_core.options has moved to alilama_core.contracts.options; import from there (this path goes in the next release)",
+    DeprecationWarning,
+    stacklevel=2,
+)

@@ -9,13 +9,12 @@ attention bias, ``is_causal=True``), so the comparison shows what ALiBi costs.
 
 from __future__ import annotations
 
-
 import pytest
 import torch
 import torch.nn.functional as F
+from alilama_bench import FULL, peak_memory_mib
 from torch import nn
 
-from alilama_bench import FULL, peak_memory_mib
 from alilama_core import ModelConfig, build_model
 
 

@@ -25,10 +25,11 @@ import time
 
 import pytest
 import torch
-
 from alilama_bench import FULL, hf_greedy_runner
+
 from alilama_core import build_model
-from alilama_core.config import Config, preset
+from alilama_core.contracts.config import Config
+from alilama_core.engine.configs import preset
 
 pytest.importorskip("transformers")
 
@@ -50,8 +51,8 @@ def _cpu_backends() -> list[str]:
 
     (FlexAttention runs on CPU without its compiled kernel, for checks only: no one decodes with it there.)
     """
-    from alilama_core.interfaces import attention_backend
-    from alilama_core.registry import get_registry
+    from alilama_core.contracts.attention import attention_backend
+    from alilama_core.engine.registry import get_registry
 
     reg = get_registry()
     names = []
@@ -66,10 +67,11 @@ def _cpu_backends() -> list[str]:
 def models(request, tmp_path_factory):
     """One model per runner, sharing the weights, and the remote-code export loaded back."""
     from alilama_bpe.tokenizer import BPETokenizer
-    from alilama_core.checkpoint import save_weights
-    from alilama_core.config import save
     from alilama_hf.export import export
     from transformers import AutoModelForCausalLM
+
+    from alilama_core.engine.configs import save
+    from alilama_core.runs.checkpoint import save_weights
 
     cfg = _model_config(request.param)
     torch.manual_seed(0)
@@ -92,7 +94,7 @@ def models(request, tmp_path_factory):
 
 
 def _alilama(model, prompt):
-    from alilama_core.generation import SamplingSettings, generate
+    from alilama_core.engine.generation import SamplingSettings, generate
 
     settings = SamplingSettings(max_new_tokens=NEW_TOKENS, temperature=0)
     return lambda: generate(model, [prompt], settings, eot_id=None)[0]

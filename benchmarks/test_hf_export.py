@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from alilama_bench import FULL, hf_greedy_runner
+
 from alilama_core import build_model, preset
 
 pytest.importorskip("transformers")
@@ -34,11 +34,13 @@ def runners(tmp_path_factory):
     """``{name: () -> new token ids}`` for the essay-nobias model in the three forms."""
     import alilama_hf  # noqa: F401  (the remote-code classes, registered)
     from alilama_bpe.tokenizer import BPETokenizer
-    from alilama_core.checkpoint import save_weights
-    from alilama_core.config import Config, save
-    from alilama_core.generation import SamplingSettings, generate
     from alilama_hf.export import export
     from transformers import AutoModelForCausalLM
+
+    from alilama_core.contracts.config import Config
+    from alilama_core.engine.configs import save
+    from alilama_core.engine.generation import SamplingSettings, generate
+    from alilama_core.runs.checkpoint import save_weights
 
     torch.manual_seed(0)
     cfg = preset("essay-nobias").model  # d=128, 8 layers, 8 heads, ALiBi, no biases

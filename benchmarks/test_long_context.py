@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from alilama_bench import FULL, peak_memory_mib
+
 from alilama_core import ModelConfig
-from alilama_core.interfaces import AttentionBias
-from alilama_core.registry import get_attention, get_positional
+from alilama_core.contracts.attention import AttentionBias
+from alilama_core.engine.registry import get_attention, get_positional
 
 B, H, D = (8, 8, 16) if FULL else (1, 2, 16)
 LENGTHS = [512, 2048, 8192] if FULL else [256]

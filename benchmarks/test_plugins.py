@@ -16,11 +16,11 @@ import time
 import pytest
 import torch
 import torch.nn.functional as F
-
 from alilama_bench import FULL, peak_memory_mib
-from alilama_core import config as cfgmod
-from alilama_core.model import build_model
-from alilama_core.registry import get_registry
+
+from alilama_core.engine import configs as cfgmod
+from alilama_core.engine.model import build_model
+from alilama_core.engine.registry import get_registry
 
 BATCH, T = (32, 128) if FULL else (4, 64)
 

@@ -17,9 +17,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from alilama_core.config import ModelConfig
-from alilama_core.model import build_model
-from alilama_core.tasks import TaskStream, collate, get_task
+from alilama_core.contracts.config import ModelConfig
+from alilama_core.engine.model import build_model
+from alilama_core.runs.tasks import TaskStream, collate, get_task
 
 BATCH, LENGTHS = 64, (1, 16)
 

@@ -32,7 +32,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from alilama_bench import FULL, peak_memory_mib
 
 REPO = Path(__file__).resolve().parents[1]
@@ -82,9 +81,8 @@ def nbytes(docs) -> int:
 
 
 def _hf_train(docs: list[str], vocab_size: int):
-    from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
-
     from alilama_bpe.reference import GPT4_SPLIT_PATTERN
+    from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence(

@@ -17,15 +17,16 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-
 from alilama_bench import FULL
-from alilama_core import config as cfgmod
-from alilama_core.app.prepare import prepare
-from alilama_core.data import TokenData, random_windows
-from alilama_core.errors import AlilamaWarning
-from alilama_core.model import build_model
-from alilama_core.registry import get_tokenizer
 from alilama_trainers.trainer import DefaultTrainer
+
+from alilama_core.app.prepare import prepare
+from alilama_core.contracts.errors import AlilamaWarning
+from alilama_core.engine import configs as cfgmod
+from alilama_core.engine.model import build_model
+from alilama_core.engine.registry import get_tokenizer
+from alilama_core.runs.data import TokenData
+from alilama_core.runs.windows import random_windows
 
 STEPS = 30 if FULL else 2
 

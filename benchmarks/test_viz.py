@@ -37,8 +37,9 @@ def essay_run(tmp_path_factory):
     """The essay model as a run folder and a prompt of exactly 128 tokens."""
     from alilama_bpe.tokenizer import BPETokenizer
 
-    from alilama_core.checkpoint import save_weights
-    from alilama_core.config import Config, save
+    from alilama_core.contracts.config import Config
+    from alilama_core.engine.configs import save
+    from alilama_core.runs.checkpoint import save_weights
 
     torch.manual_seed(0)
     cfg = preset("essay").model  # d=128, 8 layers, 8 heads, ALiBi, context 128
@@ -66,7 +67,7 @@ def _cpu_seconds() -> float:
 @pytest.mark.parametrize("name", ROWS)
 def test_viz_attention_essay(benchmark, essay_run, tmp_path, name):
     from alilama_core.app.viz import attention_pictures
-    from alilama_core.capture import capture
+    from alilama_core.engine.capture import capture
 
     run, model, prompt, ids = essay_run
     if name == "forward":

@@ -1,4 +1,13 @@
 // pybind11 binding: alilama_bpe._native. Heavy work runs with the GIL released.
+//
+// ALILAMA_CPYTHON_FASTPATH (CMake option of the same name, default ON) selects fast paths
+// that rely on CPython internals: str read in place (compact ASCII data, the cached UTF-8
+// of PyCompactUnicodeObject) and encode_batch's lists filled by worker threads without the
+// GIL, their ints' reference counts added in one pass afterwards. Built with it 0, the
+// module uses only the public C API and pybind11: UTF-8 through PyUnicode_AsUTF8AndSize /
+// PyUnicode_AsUTF8String, and the lists made and filled under the GIL once the workers
+// have finished, one Py_INCREF per item. Both give the same results
+// (tests/native/test_binding_fallback.py builds the fallback and compares them).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -8,9 +17,15 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <type_traits>
+#include <utility>
 
 #include "bpe.hpp"
 #include "pretokenize.hpp"
+
+#ifndef ALILAMA_CPYTHON_FASTPATH
+#define ALILAMA_CPYTHON_FASTPATH 1
+#endif
 
 namespace py = pybind11;
 using namespace alilama;
@@ -19,10 +34,12 @@ namespace {
 
 // UTF-8 views of a sequence of str, and a tuple of the str objects that keeps them
 // alive while the GIL is released (another thread may change the caller's list then).
-// ASCII str are read in place. Others are read through CPython's cached UTF-8, made on
-// first use and kept with the str; with `transient`, a str that has no cached UTF-8 yet
-// is encoded into a bytes object held here instead, so that training on a corpus does
-// not leave a UTF-8 copy attached to each of the caller's str.
+// Fast path: ASCII str are read in place. Others are read through CPython's cached UTF-8,
+// made on first use and kept with the str; with `transient`, a str that has no cached
+// UTF-8 yet is encoded into a bytes object held here instead, so that training on a
+// corpus does not leave a UTF-8 copy attached to each of the caller's str.
+// Fallback (public API only): PyUnicode_AsUTF8AndSize, or with `transient` always a
+// bytes copy (the API cannot tell whether a str already has its UTF-8 cached).
 struct Utf8Texts {
   py::tuple held;
   std::vector<py::object> copies;
@@ -37,11 +54,16 @@ Utf8Texts utf8_texts(const py::sequence& texts, bool transient = false) {
   for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject* h = PyTuple_GET_ITEM(out.held.ptr(), i);
     if (!PyUnicode_Check(h)) throw py::type_error("expected a list of str");
+#if ALILAMA_CPYTHON_FASTPATH
     if (PyUnicode_IS_COMPACT_ASCII(h)) {  // the characters are the UTF-8 bytes
       out.views.emplace_back(static_cast<const char*>(PyUnicode_DATA(h)), size_t(PyUnicode_GET_LENGTH(h)));
       continue;
     }
-    if (transient && !(PyUnicode_IS_COMPACT(h) && reinterpret_cast<PyCompactUnicodeObject*>(h)->utf8)) {
+    const bool copy = transient && !(PyUnicode_IS_COMPACT(h) && reinterpret_cast<PyCompactUnicodeObject*>(h)->utf8);
+#else
+    const bool copy = transient;
+#endif
+    if (copy) {
       PyObject* b = PyUnicode_AsUTF8String(h);  // UnicodeEncodeError for a lone surrogate
       if (!b) throw py::error_already_set();
       out.copies.push_back(py::reinterpret_steal<py::object>(b));
@@ -69,13 +91,20 @@ int resolve_threads(std::optional<int> threads) {
   return hc ? int(hc) : 1;
 }
 
-// Wraps a Python progress callable; remembers an exception it raised.
-struct PyProgress {
-  py::object fn;
+// Runs work(progress) with the GIL released and returns what it returns. `progress` is the
+// ProgressFn that calls the Python callable `fn` with the GIL held (an empty ProgressFn for
+// None). When the callable raises, the ProgressFn returns false, which cancels the work
+// (it throws std::runtime_error("cancelled")), and the callable's exception is raised here
+// instead of what the work threw, or after the work returned (a last report whose answer
+// is not looked at). Any other exception of the work propagates unchanged, for pybind11 to
+// translate (TokenizerError -> NativeTokenizerError, std::bad_alloc -> MemoryError, ...).
+template <class Work>
+auto run_with_progress(const py::object& fn, Work&& work) {
+  using Result = decltype(work(std::declval<const ProgressFn&>()));
   std::optional<py::error_already_set> error;
-  ProgressFn make() {
-    if (fn.is_none()) return nullptr;
-    return [this](uint64_t done, uint64_t total) {
+  ProgressFn progress;
+  if (!fn.is_none())
+    progress = [&fn, &error](uint64_t done, uint64_t total) {
       py::gil_scoped_acquire gil;
       try {
         fn(done, total);
@@ -85,15 +114,34 @@ struct PyProgress {
         return false;
       }
     };
-  }
-  void rethrow() {
-    if (error) {
-      py::error_already_set e = std::move(*error);
-      error.reset();
-      throw e;
+  auto raise_callback_error = [&error] {  // GIL held
+    if (!error) return;
+    py::error_already_set e = std::move(*error);
+    error.reset();
+    throw e;
+  };
+  if constexpr (std::is_void_v<Result>) {
+    try {
+      py::gil_scoped_release nogil;
+      work(progress);
+    } catch (...) {
+      raise_callback_error();
+      throw;
     }
+    raise_callback_error();
+  } else {
+    std::optional<Result> result;
+    try {
+      py::gil_scoped_release nogil;
+      result.emplace(work(progress));
+    } catch (...) {
+      raise_callback_error();
+      throw;
+    }
+    raise_callback_error();
+    return std::move(*result);
   }
-};
+}
 
 // Pauses Python's cyclic garbage collector for a scope during which the GIL is held
 // throughout (Python >= 3.10): no other thread can run, so none can see the pause or
@@ -149,6 +197,24 @@ class DisallowedSpecial : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The blocks encode_batch shares out between threads: about 64 KiB or 256 texts each.
+// starts[b] is block b's first text; the last entry is the number of texts.
+std::vector<size_t> block_starts(const std::vector<std::string_view>& views) {
+  std::vector<size_t> starts;
+  for (size_t i = 0, bytes = 0, start = 0; i < views.size(); ++i) {
+    bytes += views[i].size();
+    if (i + 1 == views.size() || bytes >= (size_t(1) << 16) || i + 1 - start >= 256) {
+      starts.push_back(start);
+      start = i + 1;
+      bytes = 0;
+    }
+  }
+  starts.push_back(views.size());
+  return starts;
+}
+
+#if ALILAMA_CPYTHON_FASTPATH
+
 // encode_batch: worker threads encode blocks of texts; the calling thread (with the GIL)
 // makes the empty result lists; any thread (without the GIL) fills them with the shared
 // ints, counting how often each int is used; the calling thread then adds the counts to
@@ -160,15 +226,7 @@ class BatchEncoder {
                std::vector<std::string> disallowed, int threads)
       : enc_(e), views_(std::move(views)), m_(std::move(allowed)), disallowed_(std::move(disallowed)),
         threads_(threads) {
-    for (size_t i = 0, bytes = 0, start = 0; i < views_.size(); ++i) {  // ~64 KiB or 256 texts a block
-      bytes += views_[i].size();
-      if (i + 1 == views_.size() || bytes >= (size_t(1) << 16) || i + 1 - start >= 256) {
-        starts_.push_back(start);
-        start = i + 1;
-        bytes = 0;
-      }
-    }
-    starts_.push_back(views_.size());
+    starts_ = block_starts(views_);
     blocks_ = std::make_unique<Block[]>(nblocks());
   }
 
@@ -340,6 +398,80 @@ class BatchEncoder {
   std::exception_ptr error_;
 };
 
+#else  // !ALILAMA_CPYTHON_FASTPATH
+
+// encode_batch on the public C API: worker threads (without the GIL) encode blocks of
+// texts; once all have finished, the calling thread (with the GIL) makes each text's list
+// and fills it with the shared ints, one Py_INCREF per item.
+class BatchEncoder {
+ public:
+  BatchEncoder(const Encoder& e, std::vector<std::string_view> views, std::vector<std::string> allowed,
+               std::vector<std::string> disallowed, int threads)
+      : enc_(e), views_(std::move(views)), m_(std::move(allowed)), disallowed_(std::move(disallowed)),
+        threads_(threads) {
+    starts_ = block_starts(views_);
+  }
+
+  py::list run() {  // GIL held on entry and exit
+    auto table = int_table(enc_.max_id());
+    const size_t nblocks = starts_.size() - 1;
+    std::vector<std::vector<uint32_t>> ids(nblocks);
+    std::vector<std::vector<size_t>> ends(nblocks);
+    {
+      py::gil_scoped_release nogil;
+      std::atomic<size_t> next{0};
+      std::atomic<bool> found_one{false};
+      std::mutex found_mu;
+      size_t t = std::max<size_t>(1, std::min<size_t>(size_t(threads_), nblocks));
+      run_threads(t, [&](const std::atomic<bool>& stop) {  // rethrows the first other error
+        for (size_t b; !stop.load() && !found_one.load() && (b = next.fetch_add(1)) < nblocks;) {
+          try {
+            for (size_t i = starts_[b]; i < starts_[b + 1] && !disallowed_.empty(); ++i) {
+              auto [p, k] = disallowed_.find(views_[i], 0);
+              if (p != std::string_view::npos) throw DisallowedSpecial(disallowed_.tokens()[k]);
+            }
+            enc_.encode_range(views_, m_, starts_[b], starts_[b + 1], ids[b], ends[b]);
+          } catch (const DisallowedSpecial& e) {
+            std::lock_guard<std::mutex> lock(found_mu);
+            if (found_.empty()) found_ = e.what();
+            found_one.store(true);
+          }
+        }
+      });
+    }
+    if (!found_.empty()) throw DisallowedSpecial(found_);
+    GcPauseHoldingGil pause;  // thousands of new lists would trigger collections again and again
+    PyObject* const* ints = table->data();
+    py::list out(views_.size());
+    for (size_t b = 0; b < nblocks; ++b) {
+      for (size_t k = 0, from = 0; k < ends[b].size(); from = ends[b][k], ++k) {
+        PyObject* lst = PyList_New(Py_ssize_t(ends[b][k] - from));
+        if (!lst) throw py::error_already_set();
+        for (size_t i = from; i < ends[b][k]; ++i) {
+          PyObject* v = ints[ids[b][i]];
+          Py_INCREF(v);
+          PyList_SET_ITEM(lst, Py_ssize_t(i - from), v);
+        }
+        PyList_SET_ITEM(out.ptr(), Py_ssize_t(starts_[b] + k), lst);
+      }
+      std::vector<uint32_t>().swap(ids[b]);
+      std::vector<size_t>().swap(ends[b]);
+    }
+    return out;
+  }
+
+ private:
+  const Encoder& enc_;
+  std::vector<std::string_view> views_;
+  SpecialMatcher m_;
+  SpecialMatcher disallowed_;  // special tokens whose presence is an error
+  std::string found_;          // the disallowed token found, if any
+  int threads_;
+  std::vector<size_t> starts_;
+};
+
+#endif  // ALILAMA_CPYTHON_FASTPATH
+
 std::vector<uint32_t> ids_from(const py::handle& ids) {
   std::vector<uint32_t> v;
   if (py::isinstance<py::array>(ids)) {
@@ -369,6 +501,7 @@ PYBIND11_MODULE(_native, m) {
   m.attr("unicode_source") = kUnicodeSource;
   m.attr("max_token_bytes") = kMaxTokenBytes;
   m.attr("max_vocab_bytes") = kMaxVocabBytes;
+  m.attr("cpython_fastpath") = bool(ALILAMA_CPYTHON_FASTPATH);  // see the top of binding.cpp
   py::register_exception<TokenizerError>(m, "NativeTokenizerError", PyExc_ValueError);
   py::register_exception<DisallowedSpecial>(m, "DisallowedSpecialError", PyExc_ValueError);
 
@@ -424,34 +557,14 @@ PYBIND11_MODULE(_native, m) {
       .def(
           "add_file",
           [](Trainer& t, std::string path, std::string errors, py::object progress) {
-            PyProgress pp{progress, std::nullopt};
-            try {
-              py::gil_scoped_release nogil;
-              t.add_file(path, errors, pp.make());
-            } catch (TokenizerError&) {
-              throw;
-            } catch (std::runtime_error&) {
-              pp.rethrow();
-              throw;
-            }
-            pp.rethrow();
+            run_with_progress(progress, [&](const ProgressFn& p) { t.add_file(path, errors, p); });
           },
           py::arg("path"), py::arg("errors") = "strict", py::arg("progress") = py::none(),
           "Count the chunks of a UTF-8 file, streamed in blocks (GIL released).")
       .def(
           "train",
           [](Trainer& t, size_t num_merges, py::object progress) {
-            PyProgress pp{progress, std::nullopt};
-            std::vector<Merge> merges;
-            try {
-              py::gil_scoped_release nogil;
-              merges = t.train(num_merges, pp.make());
-            } catch (std::runtime_error& e) {
-              pp.rethrow();
-              throw;
-            }
-            pp.rethrow();
-            return merges;
+            return run_with_progress(progress, [&](const ProgressFn& p) { return t.train(num_merges, p); });
           },
           py::arg("num_merges"), py::arg("progress") = py::none())
       .def_property_readonly("unique_chunks", &Trainer::unique_chunks)
@@ -518,18 +631,9 @@ PYBIND11_MODULE(_native, m) {
       .def(
           "encode_file",
           [](const Encoder& e, std::string path, std::optional<int> threads, std::string errors, py::object progress) {
-            PyProgress pp{progress, std::nullopt};
-            std::vector<uint32_t> ids;
-            try {
-              py::gil_scoped_release nogil;
-              ids = e.encode_file(path, resolve_threads(threads), errors, pp.make());
-            } catch (TokenizerError&) {
-              throw;
-            } catch (std::runtime_error&) {
-              pp.rethrow();
-              throw;
-            }
-            pp.rethrow();
+            const int n_threads = resolve_threads(threads);
+            std::vector<uint32_t> ids = run_with_progress(
+                progress, [&](const ProgressFn& p) { return e.encode_file(path, n_threads, errors, p); });
             if (e.max_id() < 65536) {
               py::array_t<uint16_t> arr(py::ssize_t(ids.size()));
               uint16_t* d = arr.mutable_data();

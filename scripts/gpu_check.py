@@ -81,7 +81,7 @@ def ensure_builtins() -> None:
             sys.path.append(path)
     import importlib
 
-    from alilama_core.registry import get_registry
+    from alilama_core.engine.registry import get_registry
 
     reg = get_registry()
     for kind, module in (("attention", "alilama_attention"), ("positional", "alilama_positional")):
@@ -95,8 +95,8 @@ def sync(device: torch.device) -> None:
 
 
 def backends() -> dict[str, object]:
-    from alilama_core.interfaces import attention_backend
-    from alilama_core.registry import get_registry
+    from alilama_core.contracts.attention import attention_backend
+    from alilama_core.engine.registry import get_registry
 
     reg = get_registry()
     table = {name: attention_backend(reg.get("attention", name)) for name in reg.names("attention")}
@@ -133,10 +133,11 @@ def _relative_error(got, want) -> float:
 
 
 def numerics(device: torch.device, dry_run: bool, dtypes: list[torch.dtype]) -> None:
-    from alilama_core import ModelConfig
-    from alilama_core.errors import AlilamaError
-    from alilama_core.registry import get_positional
     from alilama_attention.auto import case_of
+
+    from alilama_core import ModelConfig
+    from alilama_core.contracts.errors import AlilamaError
+    from alilama_core.engine.registry import get_positional
 
     table = backends()
     eager = table["eager"].fn
@@ -274,8 +275,9 @@ def _time(fn, device, steps: int, warmup: int) -> float:
 
 
 def auto_choices(device: torch.device) -> None:
-    from alilama_core.interfaces import AttentionCase
     from alilama_attention.auto import choose
+
+    from alilama_core.contracts.attention import AttentionCase
 
     for dtype in (torch.float32, torch.bfloat16):
         picks = []
@@ -356,7 +358,7 @@ def training_speed(device: torch.device, dry_run: bool, dtype_name: str) -> None
 
 
 def _train_case(device, cfg, autocast):
-    from alilama_core.interfaces import AttentionCase, shape_class
+    from alilama_core.contracts.attention import AttentionCase, shape_class
 
     dtype = torch.bfloat16 if autocast else torch.float32
     return AttentionCase(
@@ -372,8 +374,8 @@ def _train_case(device, cfg, autocast):
 
 def decode_speed(device: torch.device, dry_run: bool) -> None:
     from alilama_core import ModelConfig, build_model
-    from alilama_core.generation import SamplingSettings, generate
-    from alilama_core.interfaces import AttentionCase
+    from alilama_core.contracts.attention import AttentionCase
+    from alilama_core.engine.generation import SamplingSettings, generate
 
     table = backends()
     cfg = ModelConfig(n_layers=2, vocab_size=512) if dry_run else ModelConfig()
@@ -411,9 +413,10 @@ def decode_speed(device: torch.device, dry_run: bool) -> None:
 
 
 def long_context(device: torch.device, dry_run: bool) -> None:
-    from alilama_core import ModelConfig
-    from alilama_core.registry import get_positional
     from alilama_attention.auto import case_of
+
+    from alilama_core import ModelConfig
+    from alilama_core.engine.registry import get_positional
 
     table = backends()
     t = 256 if dry_run else 8192

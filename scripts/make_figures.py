@@ -56,9 +56,9 @@ def model_overrides(positional: str, minutes: float, steps: int) -> list[str]:
 
 
 def train_runs(data: Path, minutes: float, steps: int, retrain: bool) -> dict[str, Path]:
-    from alilama_core import config as cfgmod
     from alilama_core.app.prepare import iter_documents, prepare
-    from alilama_core.registry import get_tokenizer, get_trainer
+    from alilama_core.engine import configs as cfgmod
+    from alilama_core.engine.registry import get_tokenizer, get_trainer
 
     if retrain and WORK.exists():
         shutil.rmtree(WORK)
@@ -89,11 +89,11 @@ def train_runs(data: Path, minutes: float, steps: int, retrain: bool) -> dict[st
 
 
 def draw(runs: dict[str, Path], valid: Path) -> None:
-    from alilama_core import config as cfgmod
     from alilama_core.app import viz_draw
     from alilama_core.app.plot import plot_eval
-    from alilama_core.checkpoint import load_run
-    from alilama_core.evaluate import evaluate_run
+    from alilama_core.engine import configs as cfgmod
+    from alilama_core.runs.checkpoint import load_run
+    from alilama_core.runs.evaluate import evaluate_run
 
     FIGURES.mkdir(parents=True, exist_ok=True)
     loaded = load_run(runs["alibi"])
@@ -147,7 +147,7 @@ def draw_long_context(out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from alilama_core.files import atomic_open
+    from alilama_core.contracts.files import atomic_open
 
     rows = markdown_table(
         REPO / "docs" / "benchmarks.md",
@@ -186,7 +186,7 @@ def shrink(png: Path, colours: int = 96) -> None:
     """Rewrite ``png`` with a palette of ``colours`` (the committed figures stay small)."""
     from PIL import Image
 
-    from alilama_core.files import atomic_open
+    from alilama_core.contracts.files import atomic_open
 
     with Image.open(png) as im:
         small = im.convert("RGB").quantize(colors=colours, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)

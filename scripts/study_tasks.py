@@ -42,10 +42,10 @@ BEGIN, END = "<!-- study:begin -->", "<!-- study:end -->"
 
 def train_one(task: str, scheme: str, seed: int, args, folder: Path) -> dict:
     """Train one run and score it at N, 2N, 4N; returns its result row."""
-    from alilama_core import config as cfgmod
-    from alilama_core.checkpoint import load_run
-    from alilama_core.registry import get_trainer
-    from alilama_core.tasks import evaluate_task, get_task
+    from alilama_core.engine import configs as cfgmod
+    from alilama_core.engine.registry import get_trainer
+    from alilama_core.runs.checkpoint import load_run
+    from alilama_core.runs.tasks import evaluate_task, get_task
 
     built = get_task(task)
     n = args.length
@@ -133,7 +133,7 @@ def load_results(out: Path) -> dict:
 
 
 def write_results(results: dict, path: Path) -> None:
-    from alilama_core.files import atomic_write_text
+    from alilama_core.contracts.files import atomic_write_text
 
     atomic_write_text(path, json.dumps(results, indent=1) + "\n")
 
@@ -229,7 +229,7 @@ def report(args) -> None:
     doc = ROOT / "docs" / "tasks.md"
     text = doc.read_text(encoding="utf-8")
     if BEGIN in text and END in text:
-        from alilama_core.files import atomic_write_text
+        from alilama_core.contracts.files import atomic_write_text
 
         text = text[: text.index(BEGIN)] + "\n".join(lines) + text[text.index(END) + len(END) :]
         atomic_write_text(doc, text)
@@ -251,7 +251,7 @@ def plot(tables: dict, tasks, schemes, lengths, n, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from alilama_core.files import atomic_open
+    from alilama_core.contracts.files import atomic_open
 
     fig, axes = plt.subplots(
         len(tables), len(tasks), figsize=(4 * len(tasks), 3.3 * len(tables)), dpi=110, sharey=True, squeeze=False

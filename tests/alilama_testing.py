@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from importlib import metadata
 from pathlib import Path
 
@@ -13,7 +15,7 @@ import pytest
 import torch
 
 from alilama_core import ModelConfig, build_model
-from alilama_core.testing import tiny_model_config
+from alilama_core.kit.common import tiny_model_config
 
 SCHEMES = ["alibi", "rope", "learned", "nope"]
 
@@ -34,8 +36,8 @@ def twin_models(positional: str, attention: str, **overrides):
 
 def available_backends() -> list[str]:
     """Backends that run here and declare exact attention (the ones every test compares with eager)."""
-    from alilama_core.interfaces import attention_backend
-    from alilama_core.registry import get_registry
+    from alilama_core.contracts.attention import attention_backend
+    from alilama_core.engine.registry import get_registry
 
     reg = get_registry()
     backends = {n: attention_backend(reg.get("attention", n)) for n in reg.names("attention")}
@@ -73,6 +75,28 @@ def ok(result: subprocess.CompletedProcess) -> str:
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
     return result.stdout
+
+
+def killed_and_resumed(args: list[str], run: Path) -> str:
+    """Start ``alilama ARGS --out RUN``, SIGKILL it once it has a checkpoint, then ``train --resume`` it; its stdout."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from alilama_core.app.cli import main; main()", *args, "--out", str(run)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 120
+    while not list(run.glob("step-*/state.json")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    killed = proc.poll() is None
+    if killed:
+        proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    assert list(run.glob("step-*")), "the run wrote no checkpoint before it was killed"
+    if killed:
+        assert not (run / "final").exists()
+    out = ok(run_cli("train", "--resume", str(run), "--no-progress"))
+    assert "resuming from step-" in out
+    return out
 
 
 def run_ddp(out: Path, args: list[str], port: int, timeout: int = 600) -> subprocess.CompletedProcess:

@@ -23,7 +23,7 @@ import pytest
 from typer.testing import CliRunner
 
 from alilama_core.app.cli import get_app
-from alilama_core.checkpoint import checkpoints
+from alilama_core.runs.checkpoint import checkpoints
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKENIZER_ARGS = ["--vocab-size", "300", "--special", "<|endoftext|>"]
@@ -139,7 +139,7 @@ def _swap_tokenizer(vocab_size: int):
         import shutil
 
         from alilama_core.app.prepare import iter_documents
-        from alilama_core.registry import get_tokenizer
+        from alilama_core.engine.registry import get_tokenizer
 
         shutil.rmtree(ws / "run" / "tokenizer")
         get_tokenizer("bpe").train(
@@ -150,9 +150,9 @@ def _swap_tokenizer(vocab_size: int):
 
 
 def _other_weights(ws: Path) -> None:
-    from alilama_core import config as cfgmod
-    from alilama_core.checkpoint import save_weights
-    from alilama_core.model import build_model
+    from alilama_core.engine import configs as cfgmod
+    from alilama_core.engine.model import build_model
+    from alilama_core.runs.checkpoint import save_weights
 
     cfg = cfgmod.load(ws / "run" / "config.yaml")
     cfg.model.d_model, cfg.model.d_mlp = 16, 32
@@ -195,7 +195,7 @@ def _resumed_at_4(ws: Path, out: str) -> None:
 
 
 def _config_saved(ws: Path, out: str) -> None:
-    from alilama_core import config as cfgmod
+    from alilama_core.engine import configs as cfgmod
 
     assert cfgmod.load(ws / "run" / "config.yaml").train.max_steps == 8
     record = json.loads((ws / "run" / "run.json").read_text())
@@ -231,9 +231,9 @@ def _learned_run(ws: Path) -> None:
     """A run whose learned position table holds 16 positions (weights at initialisation)."""
     import shutil
 
-    from alilama_core import config as cfgmod
-    from alilama_core.checkpoint import save_weights
-    from alilama_core.model import build_model
+    from alilama_core.engine import configs as cfgmod
+    from alilama_core.engine.model import build_model
+    from alilama_core.runs.checkpoint import save_weights
 
     cfg = cfgmod.load(ws / "run" / "config.yaml")
     cfg.model.positional, cfg.model.context_length, cfg.model.attention = "learned", 16, "eager"
@@ -552,14 +552,32 @@ CASES = [
         "an absurd model.d_model",
         ["train", "--preset", "tiny", "model.d_model=4000000", "model.n_heads=1", "--data", "data", "--out", "big"],
         1,
-        "Choose a smaller model",
+        "model.d_model=4,000,000 is over its limit",
         check=_absent("big"),
     ),
     Case(
         "an absurd model.d_model for model info",
         ["model", "info", "--preset", "tiny", "model.d_model=4000000", "model.n_heads=1"],
         1,
+        "model.d_model=4,000,000 is over its limit",
+    ),
+    Case(
+        "a model within every limit but too big for memory",
+        [
+            "train",
+            "--preset",
+            "tiny",
+            "model.d_model=65536",
+            "model.n_heads=1",
+            "model.n_layers=64",
+            "--data",
+            "data",
+            "--out",
+            "big",
+        ],
+        1,
         "Choose a smaller model",
+        check=_absent("big"),
     ),
     Case(
         "learned positions shorter than the samples",
@@ -724,7 +742,7 @@ def _pictures_written(ws: Path) -> None:
 
 
 def _pictures_replaced(ws: Path, out: str) -> None:
-    from alilama_core.outputs import kind_of
+    from alilama_core.runs.outputs import kind_of
 
     assert kind_of(ws / "viz") == "viz"
     assert (ws / "viz" / "attention_l0_h1.png").read_bytes()[:4] == b"\x89PNG"
@@ -733,7 +751,7 @@ def _pictures_replaced(ws: Path, out: str) -> None:
 
 def _config_keeps(max_steps: int):
     def check(ws: Path, out: str) -> None:
-        from alilama_core import config as cfgmod
+        from alilama_core.engine import configs as cfgmod
 
         assert cfgmod.load(ws / "run" / "config.yaml").train.max_steps == max_steps
         history = json.loads((ws / "run" / "run.json").read_text())["history"]
@@ -1042,7 +1060,7 @@ def test_a_second_writer_on_a_run_fails_at_once_naming_the_first(ws):
         out, err = first.communicate(timeout=120)
     assert first.returncode == 130, err
     # The run is the first writer's alone: its config, and metrics with one line per step.
-    from alilama_core import config as cfgmod
+    from alilama_core.engine import configs as cfgmod
 
     assert cfgmod.load(ws / "run" / "config.yaml").train.max_steps == 100000
     steps = [json.loads(x)["step"] for x in (ws / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -1105,8 +1123,8 @@ def test_every_case_is_listed_in_the_docs():
 
 def test_a_lock_where_nothing_can_be_written_names_the_folder(tmp_path):
     """The folder lock itself reports a parent it cannot create (check_output usually catches it first)."""
-    from alilama_core.files import exclusive_lock
-    from alilama_core.outputs import OutputError
+    from alilama_core.contracts.errors import OutputError
+    from alilama_core.contracts.files import exclusive_lock
 
     (tmp_path / "a-file").write_text("mine")
     with pytest.raises(OutputError, match=r"cannot write the data folder '.*a-file/data'"):

@@ -27,7 +27,7 @@ from alilama_core.app.common import (
     resolve_config,
     warn_replacements,
 )
-from alilama_core.errors import AlilamaError
+from alilama_core.contracts.errors import AlilamaError
 
 app = typer.Typer(
     cls=_Group,
@@ -54,8 +54,8 @@ def plugins_cmd(
     ] = False,
 ) -> None:
     """List installed plugins: distribution, version, what each registers, and availability."""
-    from alilama_core.interfaces import AttentionBackend
-    from alilama_core.registry import get_registry
+    from alilama_core.contracts.attention import AttentionBackend
+    from alilama_core.engine.registry import get_registry
 
     reg = get_registry()
     rows = []
@@ -188,8 +188,8 @@ def generate_cmd(
     """Stream a continuation of a prompt from a trained run."""
     import sys
 
-    from alilama_core.checkpoint import load_run
-    from alilama_core.generation import SamplingSettings, stream_text
+    from alilama_core.engine.generation import SamplingSettings, stream_text
+    from alilama_core.runs.checkpoint import load_run
 
     if prompt is not None and prompt_file is not None:
         raise AlilamaError("give either --prompt or --prompt-file, not both")
@@ -212,7 +212,7 @@ def generate_cmd(
         loaded = load_run(
             run, checkpoint=checkpoint, verify=not no_verify, attention=attention, force_attention=force_attention
         )
-    from alilama_core.generation import position_room
+    from alilama_core.engine.generation import position_room
 
     room = position_room(loaded.model, len(loaded.tokenizer.encode(text, allowed_special="all")) or 1)
     if room is not None and 0 < room < max_new_tokens:
@@ -245,7 +245,7 @@ def _read_text(path: str) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
-    from alilama_core.registry import get_registry
+    from alilama_core.engine.registry import get_registry
 
     get_registry().add_commands(app)
     app(args=argv)
@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def get_app() -> typer.Typer:
     """The app with plugin commands added (for ``typer.testing.CliRunner``)."""
-    from alilama_core.registry import get_registry
+    from alilama_core.engine.registry import get_registry
 
     get_registry().add_commands(app)
     return app

@@ -19,7 +19,7 @@ from alilama_core.app.common import (
     resolve_config,
     warn_replacements,
 )
-from alilama_core.errors import AlilamaError
+from alilama_core.contracts.errors import AlilamaError
 
 data_app = typer.Typer(help="Prepare and download training data.", no_args_is_help=True)
 
@@ -93,8 +93,8 @@ def data_download(
 
 
 def download(name: str, split: str = "all", revision: str | None = None) -> list[str]:
-    """The library's ``alilama_core.datasets.download``."""
-    from alilama_core.datasets import download as fetch
+    """The library's ``alilama_core.runs.datasets.download``."""
+    from alilama_core.runs.datasets import download as fetch
 
     return fetch(name, split, revision)
 
@@ -115,11 +115,11 @@ def train_cmd(
     ] = None,
 ) -> None:
     """Train a model (one process, or DDP under torchrun) into a run folder."""
-    from alilama_core.registry import get_trainer
+    from alilama_core.engine.registry import get_trainer
 
     given_data = data
     if resume:
-        from alilama_core.checkpoint import resume_config
+        from alilama_core.runs.checkpoint import resume_config
 
         run = Path(resume)
         if not (run / "config.yaml").is_file():
@@ -148,7 +148,7 @@ def train_cmd(
     elif not data:
         raise AlilamaError("give --data DIR (a folder written by `alilama data prepare`), or --task NAME")
     else:
-        from alilama_core.data import TokenData
+        from alilama_core.runs.data import TokenData
 
         vocab = TokenData(data).meta["vocab_size"]
         if not resume and cfg.model.vocab_size != vocab:
@@ -204,19 +204,13 @@ def eval_cmd(
 
     from rich.table import Table
 
-    from alilama_core.evaluate import evaluate_run
+    from alilama_core.runs.evaluate import evaluate_run
 
     lengths = None
     if context_lengths:
-        try:
-            lengths = [int(x) for x in context_lengths.split(",") if x.strip()]
-        except ValueError:
-            raise AlilamaError(f"--context-lengths must be comma-separated integers, got {context_lengths!r}") from None
-        if not lengths or min(lengths) < 1:
-            raise AlilamaError(f"--context-lengths must be positive integers, e.g. 128,256; got {context_lengths!r}")
-        from alilama_core.tasks import check_length_count
+        from alilama_core.contracts.task import parse_int_list
 
-        check_length_count(lengths, "--context-lengths")
+        lengths = parse_int_list(context_lengths, "--context-lengths", "128,256")
     if max_tokens < 0:
         raise AlilamaError(f"--max-tokens must be >= 0 (0: all), got {max_tokens}")
     for file in data:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from alilama_core.config import ModelConfig
-
+from alilama_core.contracts.config import ModelConfig
 
 SHAPES = ("decode", "short", "long")
 
@@ -13,8 +12,8 @@ SHAPES = ("decode", "short", "long")
 def _case(config: ModelConfig, device_type: str, shape: str, training: bool = False):
     import torch
 
-    from alilama_core.interfaces import AttentionCase
-    from alilama_core.registry import get_registry
+    from alilama_core.contracts.attention import AttentionCase
+    from alilama_core.engine.registry import get_registry
 
     scheme = get_registry().get("positional", config.positional)
     return AttentionCase(
@@ -30,8 +29,8 @@ def _case(config: ModelConfig, device_type: str, shape: str, training: bool = Fa
 
 def resolved_backend(config: ModelConfig, device_type: str = "cpu", shape: str = "short", training: bool = False):
     """The backend that runs ``config``'s attention on ``device_type`` for a shape class (a router resolved)."""
-    from alilama_core.interfaces import attention_backend
-    from alilama_core.registry import get_registry
+    from alilama_core.contracts.attention import attention_backend
+    from alilama_core.engine.registry import get_registry
 
     backend = attention_backend(get_registry().get("attention", config.attention))
     if backend.resolve is None:
@@ -56,8 +55,8 @@ def route_table(config: ModelConfig, device_type: str) -> str:
 
 def bias_memory(config: ModelConfig) -> str:
     """Memory the attention bias takes at the trained context, for the backend that runs on CPU."""
-    from alilama_core.interfaces import human_bytes
-    from alilama_core.registry import get_registry
+    from alilama_core.contracts.attention import human_bytes
+    from alilama_core.engine.registry import get_registry
 
     scheme = get_registry().get("positional", config.positional)
     if scheme.kind != "bias":
@@ -76,8 +75,8 @@ def bias_memory(config: ModelConfig) -> str:
 
 
 def model_report(config: ModelConfig) -> dict[str, Any]:
-    from alilama_core.model import build_model
-    from alilama_core.registry import get_registry
+    from alilama_core.engine.model import build_model
+    from alilama_core.engine.registry import get_registry
 
     model = build_model(config)
     # One row per parameter kind; the N identical blocks are folded into "blocks.*" rows.

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from alilama_core.errors import AlilamaError
-from alilama_core.files import atomic_open
+from alilama_core.contracts.errors import AlilamaError
+from alilama_core.contracts.files import atomic_open
 
 
 def read_metrics(run: str | Path) -> list[dict]:

@@ -3,7 +3,7 @@
 ``prepare`` streams documents from text files (separated by a line holding only
 ``<|endoftext|>``, or one file per document), JSONL files, or a Hugging Face
 dataset, encodes them in batches with the tokenizer's threads, and appends the
-ids to ``train.bin`` and ``val.bin`` (see ``alilama_core.data`` for the format).
+ids to ``train.bin`` and ``val.bin`` (see ``alilama_core.runs.data`` for the format).
 It never holds the corpus in memory: a long document (a whole book) is read and
 encoded in pieces of about a million characters, cut before a line that starts
 with a visible character, where the BPE pre-tokenizer always splits, so the
@@ -17,7 +17,7 @@ to validation, as nanoGPT does, and ``meta.json`` says ``"split": "position"``.
 
 The output folder is written beside its final place and swapped in, locked
 against a second writer; ``overwrite`` replaces only a data folder that
-Alilama wrote (see ``alilama_core.outputs``).
+Alilama wrote (see ``alilama_core.runs.outputs``).
 """
 
 from __future__ import annotations
@@ -33,10 +33,12 @@ from pathlib import Path
 
 import numpy as np
 
-from alilama_core.data import META, SEPARATOR, DataError, token_dtype, tokenizer_hash
-from alilama_core.errors import TokenizerError
-from alilama_core.files import disk_full_guard, exclusive_lock
-from alilama_core.outputs import check_output, mark, new_folder_beside, stale_beside, swap_in
+from alilama_core.contracts.data import token_dtype
+from alilama_core.contracts.errors import DataError, TokenizerError
+from alilama_core.contracts.files import disk_full_guard, exclusive_lock
+from alilama_core.runs.data import META, SEPARATOR
+from alilama_core.runs.outputs import building, check_output
+from alilama_core.runs.tokenizers import tokenizer_hash
 
 ERRORS = ("strict", "replace", "ignore")
 PIECE_CHARS = 1 << 20
@@ -263,7 +265,7 @@ def prepare(
 
     Every argument is checked before anything is read or written.
     """
-    from alilama_core.checkpoint import load_tokenizer
+    from alilama_core.runs.tokenizers import load_tokenizer
 
     if not 0 <= val_fraction < 1:
         raise DataError(f"--val-fraction must be in [0, 1), got {val_fraction}")
@@ -283,10 +285,7 @@ def prepare(
         raise TokenizerError("the tokenizer has no <|endoftext|> token; train it with --special '<|endoftext|>'")
     with disk_full_guard(out, "data folder"), exclusive_lock(out, "data folder"):
         check_output(out, "data", overwrite, inputs=[*inputs, str(tokenizer_dir)])  # again, under the lock
-        for stale in stale_beside(out):
-            shutil.rmtree(stale, ignore_errors=True)
-        work = new_folder_beside(out, "data folder")
-        try:
+        with building(out, "data", "data folder") as work:
             meta = _encode_into(
                 work,
                 inputs,
@@ -301,12 +300,7 @@ def prepare(
                 batch_documents,
                 progress,
             )
-            mark(work, "data")
-            swap_in(work, out)
-            return meta
-        except BaseException:
-            shutil.rmtree(work, ignore_errors=True)
-            raise
+        return meta
 
 
 def _encode_into(

@@ -36,8 +36,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
 
-from alilama_core.data import SEPARATOR
-from alilama_core.files import atomic_open
+from alilama_core.contracts.files import atomic_open
+from alilama_core.runs.data import SEPARATOR
 
 # ---------------------------------------------------------------------------
 # Data tables

@@ -16,8 +16,8 @@ from typing import Annotated
 import typer
 
 from alilama_core.app.common import JsonOpt, console
-from alilama_core.errors import AlilamaError
-from alilama_core.files import atomic_open, atomic_write_text
+from alilama_core.contracts.errors import AlilamaError
+from alilama_core.contracts.files import atomic_open, atomic_write_text
 
 EVAL_FILE = "task-eval.json"
 
@@ -31,7 +31,7 @@ def tasks_list(as_json: JsonOpt = False) -> None:
     """List registered tasks: name, plugin, options and an example."""
     import numpy as np
 
-    from alilama_core.registry import get_registry
+    from alilama_core.engine.registry import get_registry
 
     reg = get_registry()
     rows = []
@@ -79,7 +79,8 @@ def task_config(cfg, task: str | None, resume: bool, overrides: list[str] | None
     The context is set to the longest training example, so a learned position
     table covers exactly the trained positions.
     """
-    from alilama_core.tasks import get_task, parse_lengths
+    from alilama_core.contracts.task import parse_lengths
+    from alilama_core.runs.tasks import get_task
 
     if task:
         if resume and task != cfg.task.name:
@@ -99,7 +100,9 @@ def task_config(cfg, task: str | None, resume: bool, overrides: list[str] | None
     if not given and cfg.model.context_length != need:
         echo(f"model.context_length set to {need}, the longest example at length {hi}", highlight=False)
         cfg.model.context_length = need
-    return cfg.validate()
+    from alilama_core.engine.validate import check_config  # torch, only when a task is trained
+
+    return check_config(cfg)
 
 
 # -- eval -------------------------------------------------------------------------------------
@@ -117,8 +120,9 @@ def task_eval(
     verify: bool = True,
 ) -> None:
     """Score a task run at each length; print a table or JSON and keep ``RUN/task-eval.json``."""
-    from alilama_core import config as cfgmod
-    from alilama_core.tasks import check_eval_size, evaluate_task_run, get_task, parse_length_list, parse_lengths
+    from alilama_core.contracts.task import parse_length_list, parse_lengths
+    from alilama_core.engine import configs as cfgmod
+    from alilama_core.runs.tasks import check_eval_size, evaluate_task_run, get_task
 
     path = Path(run)
     if not (path / "config.yaml").is_file():

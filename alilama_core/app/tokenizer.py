@@ -21,8 +21,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from alilama_core.app.common import console, err_console
-from alilama_core.errors import AlilamaError, TokenizerError
+from alilama_core.app.common import clean_errors, console, err_console
+from alilama_core.contracts.errors import TokenizerError
 
 tokenizer_app = typer.Typer(
     no_args_is_help=True,
@@ -44,15 +44,12 @@ def register(app: typer.Typer) -> None:
 
 
 def _clean_errors(fn):
-    """Print Alilama's errors as one line and exit 1, without a traceback (also outside the root app)."""
+    """``clean_errors`` around a command also when it is called outside the root app."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        try:
+        with clean_errors():
             return fn(*args, **kwargs)
-        except AlilamaError as e:
-            err_console.print(f"[bold red]error:[/] {escape(str(e))}", highlight=False, soft_wrap=True)
-            raise typer.Exit(1) from None
 
     return wrapper
 
@@ -71,8 +68,8 @@ def _progress() -> Progress:
 
 def load(path: str | Path):
     """The tokenizer saved in ``path`` (a folder of any registered kind, or a BPE ``.model`` file)."""
-    from alilama_core.checkpoint import load_tokenizer
-    from alilama_core.registry import get_tokenizer
+    from alilama_core.engine.registry import get_tokenizer
+    from alilama_core.runs.tokenizers import load_tokenizer
 
     path = Path(path)
     if path.is_file():
@@ -123,9 +120,10 @@ def train(
     errors: ErrorsOpt = "strict",
 ) -> None:
     """Learn a vocabulary from text files with any registered tokenizer (default: byte-level BPE)."""
-    from alilama_core.outputs import check_writable_path
-    from alilama_core.registry import get_tokenizer
-    from alilama_core.tokenizer import END_OF_TEXT, MAX_VOCAB_SIZE, save_tokenizer
+    from alilama_core.contracts.tokenizer import END_OF_TEXT, MAX_VOCAB_SIZE
+    from alilama_core.engine.registry import get_tokenizer
+    from alilama_core.runs.outputs import check_writable_path
+    from alilama_core.runs.tokenizers import save_tokenizer
 
     if no_special and special:
         raise TokenizerError("give either --special or --no-special, not both")
@@ -213,7 +211,7 @@ def encode(
     else:
         ids = np.asarray(tok.encode(text, allowed_special="all"), dtype=np.uint32)
     if out is not None:
-        from alilama_core.files import atomic_open
+        from alilama_core.contracts.files import atomic_open
 
         if not out.parent.is_dir():
             raise TokenizerError(f"cannot write {str(out)!r}: the folder {str(out.parent)!r} does not exist")

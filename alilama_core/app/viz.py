@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Annotated
 
@@ -17,8 +16,8 @@ from alilama_core.app.common import (
     loud_warnings,
     resolve_config,
 )
-from alilama_core.errors import AlilamaError
-from alilama_core.limits import describe, limit
+from alilama_core.contracts.errors import AlilamaError
+from alilama_core.contracts.limits import describe, limit
 
 viz_app = typer.Typer(
     help="Draw what a model does: attention maps, the tape, positional terms.",
@@ -60,14 +59,14 @@ def attention_pictures(
 
     ``out`` is a folder of pictures that Alilama writes whole: new or empty, or
     (with ``overwrite``) one that an earlier call wrote and that holds nothing
-    else. It is built beside its place and swapped in (see ``alilama_core.outputs``),
+    else. It is built beside its place and swapped in (see ``alilama_core.runs.outputs``),
     so a user's files are never overwritten.
     """
     from alilama_core.app.viz_draw import draw_grid, draw_map, read_tape
     from alilama_core.app.viz_page import write_page
-    from alilama_core.checkpoint import load_run
-    from alilama_core.files import exclusive_lock
-    from alilama_core.outputs import check_output, mark, new_folder_beside, stale_beside, swap_in
+    from alilama_core.contracts.files import exclusive_lock
+    from alilama_core.runs.checkpoint import load_run
+    from alilama_core.runs.outputs import building, check_output
 
     if head is not None and layer is None:
         raise AlilamaError("--head needs --layer too (e.g. --layer 0 --head 3)")
@@ -77,10 +76,7 @@ def attention_pictures(
     out = Path(out)
     with exclusive_lock(out, "--out folder"):
         check_output(out, "viz", overwrite, inputs=[run], what="--out folder")  # the prompt and run are fine
-        for stale in stale_beside(out):
-            shutil.rmtree(stale, ignore_errors=True)
-        work = new_folder_beside(out, "--out folder")
-        try:
+        with building(out, "viz", "--out folder") as work:
             written = []
             if layer is not None and head is not None:
                 written.append(draw_map(tape, work / f"attention_l{layer}_h{head}.png", layer, head))
@@ -95,11 +91,6 @@ def attention_pictures(
                 written.append(draw_grid(tape, work / "attention.png"))
             if html:
                 written.append(write_page(tape, work / "tape.html", title=f"Alilama tape: {Path(run).name}"))
-            mark(work, "viz")
-            swap_in(work, out)
-        except BaseException:
-            shutil.rmtree(work, ignore_errors=True)
-            raise
     written = [out / Path(p).name for p in written]
     for note in tape.notes:
         console.print(f"note: {note}", highlight=False)

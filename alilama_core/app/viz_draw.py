@@ -1,6 +1,6 @@
 """What ``alilama viz`` draws: attention maps, head distances, the logit lens, positional terms.
 
-``read_tape`` runs a model once on a prompt (``alilama_core.capture``) and
+``read_tape`` runs a model once on a prompt (``alilama_core.engine.capture``) and
 keeps everything the pictures and the HTML page need as plain numpy arrays.
 Token labels come from the tokenizer's ``decode`` of each id, so any tokenizer
 (BPE, a task's symbol vocabulary) works.
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from alilama_core.errors import AlilamaError
-from alilama_core.files import atomic_open
-from alilama_core.limits import describe, limit
+from alilama_core.contracts.errors import AlilamaError
+from alilama_core.contracts.files import atomic_open
+from alilama_core.contracts.limits import describe, limit
 
 
 @dataclass
@@ -53,7 +53,7 @@ class Tape:
 
 def token_label(tokenizer, token_id: int) -> str:
     """The tokenizer's text for one id, with whitespace made visible (``·`` space, ``↵`` newline)."""
-    from alilama_core.errors import TokenizerError
+    from alilama_core.contracts.errors import TokenizerError
 
     try:
         text = tokenizer.decode([int(token_id)])
@@ -69,7 +69,7 @@ def read_tape(model, tokenizer, text: str, top_k: int = 5, max_tokens: int | Non
     """
     import torch
 
-    from alilama_core.capture import capture
+    from alilama_core.engine.capture import capture
 
     ids = tokenizer.encode(text, allowed_special="all")
     if not ids:
@@ -301,8 +301,8 @@ def draw_lens(tape: Tape, path: str | Path, dpi: int = 80) -> Path:
 
 def check_profile_size(scheme, model_config, n: int) -> None:
     """Refuse a profile over ``n`` distances past ``MAX_VIZ_DISTANCE``, or one whose tensors would not fit in memory."""
-    from alilama_core.config import available_memory
-    from alilama_core.errors import ConfigError
+    from alilama_core.contracts.errors import ConfigError
+    from alilama_core.engine.validate import available_memory
 
     if n > limit("MAX_VIZ_DISTANCE"):
         raise ConfigError(
@@ -336,7 +336,7 @@ def positional_profile(model_config, distance: int | None = None):
     """
     import torch
 
-    from alilama_core.registry import get_positional
+    from alilama_core.engine.registry import get_positional
 
     scheme = get_positional(model_config.positional)(model_config)
     scheme.reset_parameters()

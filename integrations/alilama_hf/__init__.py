@@ -26,8 +26,8 @@ import threading
 import warnings
 from typing import Annotated, Optional
 
-from alilama_core.errors import AlilamaWarning
-from alilama_core.hookspecs import hookimpl
+from alilama_core.contracts.errors import AlilamaWarning
+from alilama_core.contracts.hookspecs import hookimpl
 
 __all__ = [
     "AlilamaConfig",
@@ -184,7 +184,7 @@ def register_commands(app):
         ] = False,
     ) -> None:
         """Write a Hugging Face model folder: AutoModelForCausalLM and AutoTokenizer load it."""
-        from alilama_core.errors import AlilamaError
+        from alilama_core.contracts.errors import AlilamaError
 
         try:
             from alilama_hf.export import export, exported_format
@@ -227,7 +227,7 @@ def register_commands(app):
         ] = None,
     ) -> None:
         """Export a run and upload it to the Hugging Face Hub with your usual token."""
-        from alilama_core.errors import AlilamaError
+        from alilama_core.contracts.errors import AlilamaError
 
         try:
             from alilama_hf.push import push

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from alilama_core.errors import AlilamaError
+from alilama_core.contracts.errors import AlilamaError
 
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]<>()#!|~&])")
 

@@ -27,7 +27,7 @@ DIMENSION_LIMITS = {
     "d_mlp": 1 << 18,
     "context_length": 1 << 20,
 }
-"""Largest value of each dimension (Alilama's own ``alilama_core.limits``, repeated: this file runs without it)."""
+"""Largest value of each dimension (Alilama's own ``alilama_core.contracts.limits``, repeated: this file runs without it)."""
 
 
 def _check_dimensions(**dims: int) -> None:
@@ -58,13 +58,15 @@ def _check_dimensions(**dims: int) -> None:
 
 
 class AlilamaConfig(PreTrainedConfig):
-    """The fields of ``alilama_core.config.ModelConfig``, plus the token ids generation needs.
+    """The fields of ``alilama_core.contracts.config.ModelConfig``, plus the token ids generation needs.
 
-    ``positional`` is one of ``alibi``, ``rope``, ``learned``, ``nope``, or the
-    name of a plugin scheme whose standalone module ships beside this file:
-    ``positional_module`` names that file (without ``.py``) and
+    ``positional`` names the positional scheme; its standalone module (the
+    scheme's ``export_source()``, built-in or a plugin's) ships beside this
+    file: ``positional_module`` names that file (without ``.py``) and
     ``positional_class`` the class in it; ``positional_options`` holds the
-    scheme's own settings. ``attention`` records the training backend; here
+    scheme's own settings. A config without them (built by hand) may name a
+    built-in scheme, ``alibi``, ``rope``, ``learned`` or ``nope``: in-process
+    its class comes from the installed plugin. ``attention`` records the training backend; here
     attention follows ``attn_implementation`` (``"sdpa"`` by default).
     The output head is always tied to the token embedding.
 

@@ -7,8 +7,10 @@ Two formats; ``--format auto`` (the default) picks the first that is exact:
   ``GPTNeoXForCausalLM`` for RoPE; see ``alilama_hf.native``). No code in the
   folder, no ``trust_remote_code``; the export checks the logits before
   writing.
-- ``remote-code``: ``AlilamaConfig`` and the modeling code copied beside the
-  weights (and a plugin scheme's standalone module), loaded with
+- ``remote-code``: ``AlilamaConfig``, the modeling code, the eager attention
+  maths (``alilama_core.engine.attention_math``) and the positional scheme's
+  standalone module (``PositionalScheme.export_source()``, the built-in schemes'
+  as much as a plugin's) copied beside the weights, loaded with
   ``trust_remote_code=True``.
 
 Both compute exact attention (the full causal softmax), so a run trained with a
@@ -21,7 +23,8 @@ The folder::
     OUT/generation_config.json    bos/eos/pad ids
     OUT/configuration_alilama.py  remote code only
     OUT/modeling_alilama.py       remote code only
-    OUT/positional_NAME.py        remote code with a plugin scheme: its standalone module
+    OUT/attention_math.py         remote code only: alilama_core.engine.attention_math, verbatim
+    OUT/positional_NAME.py        remote code only: the scheme's standalone module (export_source())
     OUT/tokenizer.json            byte-level BPE for the tokenizers library
     OUT/tokenizer_config.json     PreTrainedTokenizerFast, special tokens and model_max_length
     OUT/special_tokens_map.json
@@ -41,10 +44,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from alilama_core.errors import AlilamaError, UnsupportedError
+from alilama_core.contracts.errors import AlilamaError, UnsupportedError
 
 HERE = Path(__file__).resolve().parent
 CODE_FILES = ("configuration_alilama.py", "modeling_alilama.py")
+ATTENTION_MATH = "attention_math.py"
+"""The name of the copy of ``alilama_core.engine.attention_math`` in the folder (``modeling_alilama`` imports it)."""
 AUTO_MAP = {
     "AutoConfig": "configuration_alilama.AlilamaConfig",
     "AutoModel": "modeling_alilama.AlilamaModel",
@@ -52,7 +57,6 @@ AUTO_MAP = {
     "AutoModelForSequenceClassification": "modeling_alilama.AlilamaForSequenceClassification",
 }
 FORMATS = ("auto", "native", "remote-code")
-BUILTIN_SCHEMES = ("alibi", "rope", "learned", "nope")
 NATIVE_TOLERANCE = 1e-4
 """Largest logit difference the export accepts between Alilama and the native architecture (seen: ~1e-6)."""
 SCHEME_TEXT = {
@@ -78,30 +82,28 @@ SCHEME_TEXT = {
 
 _PREFIXES = (  # (Alilama, transformers) name prefixes
     ("tok_emb.", "model.embed_tokens."),
-    ("positional.table.", "model.embed_positions."),
     ("positional.", "model.positional."),
     ("blocks.", "model.layers."),
     ("ln_f.", "model.norm."),
 )
-_PLUGIN_PREFIXES = tuple(p for p in _PREFIXES if p[0] != "positional.table.")
 _TIED = {"head.weight", "lm_head.weight"}
 
 
-def to_hf_state_dict(state: dict[str, Any], plugin: bool = False) -> dict[str, Any]:
+def to_hf_state_dict(state: dict[str, Any]) -> dict[str, Any]:
     """Alilama ``GPT`` state dict to ``AlilamaForCausalLM`` names; the tied head is left out.
 
-    ``plugin``: the positional scheme is a plugin's, all its weights go to ``model.positional``.
+    The scheme's weights (``positional.*``) keep their names under ``model.positional``.
 
     >>> sorted(to_hf_state_dict({"tok_emb.weight": 0, "head.weight": 0, "blocks.0.attn.qkv.bias": 1}))
     ['model.embed_tokens.weight', 'model.layers.0.attn.qkv.bias']
     """
-    return _rename(state, _PLUGIN_PREFIXES if plugin else _PREFIXES)
+    return _rename(state, _PREFIXES)
 
 
-def from_hf_state_dict(state: dict[str, Any], plugin: bool = False) -> dict[str, Any]:
+def from_hf_state_dict(state: dict[str, Any]) -> dict[str, Any]:
     """``AlilamaForCausalLM`` (or ``AlilamaModel``) state dict back to Alilama ``GPT`` names."""
     state = {k if k.startswith(("model.", "lm_head.")) else f"model.{k}": v for k, v in state.items()}
-    return _rename(state, tuple((b, a) for a, b in (_PLUGIN_PREFIXES if plugin else _PREFIXES)))
+    return _rename(state, tuple((b, a) for a, b in _PREFIXES))
 
 
 def _rename(state: dict[str, Any], prefixes) -> dict[str, Any]:
@@ -118,16 +120,23 @@ def _rename(state: dict[str, Any], prefixes) -> dict[str, Any]:
     return out
 
 
-# -- plugin schemes ------------------------------------------------------------------------
+# -- positional schemes and the attention maths --------------------------------------------
+
+
+def attention_math_source() -> Path:
+    """The file of ``alilama_core.engine.attention_math``, which the folder holds as ``attention_math.py``."""
+    from alilama_core.engine import attention_math
+
+    return Path(attention_math.__file__)
 
 
 def plugin_module(positional: str) -> tuple[str, str, Path]:
-    """``(module name, class name, source file)`` of a plugin scheme's standalone module.
+    """``(module name, class name, source file)`` of a scheme's standalone module (``export_source()``).
 
-    The module is registered in-process under that name, so ``hf_model`` can build the model.
+    Every scheme, the built-in ones included, is exported through it. The module
+    is registered in-process under that name, so ``hf_model`` can build the model.
     """
-    from alilama_core.registry import get_positional
-
+    from alilama_core.engine.registry import get_positional
     from alilama_hf.modeling_alilama import register_positional_class
 
     cls = get_positional(positional)
@@ -164,7 +173,7 @@ def hf_config(model_config, tokenizer=None, **extra):
     fields = asdict(model_config)
     fields.pop("attention_options", None)  # how attention is computed, not what
     fields["rope_theta"] = model_config.rope_theta  # rope's theta, from model.positional_options
-    if fields["positional"] not in BUILTIN_SCHEMES and "positional_module" not in extra:
+    if "positional_module" not in extra:
         name, cls_name, _ = plugin_module(fields["positional"])
         extra = {**extra, "positional_module": name, "positional_class": cls_name}
     eot = tokenizer.eot_id if tokenizer is not None else None
@@ -183,8 +192,7 @@ def hf_model(model, tokenizer=None):
     with torch.device("cpu"):
         hf = AlilamaForCausalLM(config)
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    plugin = model.config.positional not in BUILTIN_SCHEMES
-    missing, unexpected = hf.load_state_dict(to_hf_state_dict(state, plugin=plugin), strict=False)
+    missing, unexpected = hf.load_state_dict(to_hf_state_dict(state), strict=False)
     missing = [k for k in missing if k != "lm_head.weight"]
     if missing or unexpected:
         raise AlilamaError(f"weights do not match the Hugging Face model: missing {missing}, unexpected {unexpected}")
@@ -241,14 +249,14 @@ def export(
     card says that no license was given). ``overwrite`` (``--force``) replaces
     an export Alilama wrote there (see ``check_export_folder``).
 
-    As with runs and data folders (``alilama_core.outputs``), the folder is built
+    As with runs and data folders (``alilama_core.runs.outputs``), the folder is built
     beside ``out`` and swapped in when complete, under ``out``'s exclusive lock:
     a failure, a kill or a full disk leaves the old folder (or none), and a
     second export to the same ``out`` fails at once naming the first.
     """
     import alilama_hf
-    from alilama_core.files import disk_full_guard, exclusive_lock
-    from alilama_core.outputs import mark, new_folder_beside, stale_beside, swap_in
+    from alilama_core.contracts.files import disk_full_guard, exclusive_lock
+    from alilama_core.runs.outputs import building
 
     alilama_hf.register_auto_classes()
     if license is not None and not re.fullmatch(r"[a-z0-9][a-z0-9.+-]*", license):
@@ -265,18 +273,10 @@ def export(
     check_export_folder(run, out, overwrite)  # before the run is loaded
     with disk_full_guard(out, "export folder"), exclusive_lock(out, "export folder"):
         check_export_folder(run, out, overwrite)  # again, under the lock
-        for stale in stale_beside(out):  # left by a killed export
-            shutil.rmtree(stale, ignore_errors=True)
-        work = new_folder_beside(out, "export folder")
-        try:
+        with building(out, "hf", "export folder") as work:
             _write_export(
                 run, work, checkpoint=checkpoint, repo_id=repo_id, license=license, datasets=datasets, format=format
             )
-            mark(work, "hf")
-            swap_in(work, out)
-        except BaseException:
-            shutil.rmtree(work, ignore_errors=True)
-            raise
     return out
 
 
@@ -289,7 +289,8 @@ def check_export_folder(run: str | os.PathLike[str], out: Path, overwrite: bool 
     existed is known by its config.json and model card) holding nothing else.
     ``out`` must not be, or contain, the run.
     """
-    from alilama_core.outputs import NOUN, OutputError, check_writable_path, foreign_entries, kind_of
+    from alilama_core.contracts.errors import OutputError
+    from alilama_core.runs.outputs import NOUN, check_writable_path, foreign_entries, kind_of
 
     resolved, source = out.resolve(), Path(run).resolve()
     if resolved == source or resolved in source.parents:
@@ -343,7 +344,7 @@ def _write_export(
     """Write the folder's files into ``out``, a new empty folder."""
     from transformers import GenerationConfig
 
-    from alilama_core.checkpoint import load_run
+    from alilama_core.runs.checkpoint import load_run
 
     loaded = load_run(run, checkpoint=checkpoint)
     backend = loaded.model.backend
@@ -374,9 +375,9 @@ def _write_export(
         _fix_config_json(out / "config.json")
         for name in CODE_FILES:
             shutil.copyfile(HERE / name, out / name)
-        if model.config.positional_module:
-            _, _, source = plugin_module(model.config.positional)
-            shutil.copyfile(source, out / f"{model.config.positional_module}.py")
+        shutil.copyfile(attention_math_source(), out / ATTENTION_MATH)
+        _, _, source = plugin_module(model.config.positional)
+        shutil.copyfile(source, out / f"{model.config.positional_module}.py")
     write_tokenizer(tok, out, model_max_length=loaded.config.model.context_length)
     card = model_card(
         Path(run),
@@ -587,7 +588,8 @@ def model_card(
             ]
     else:
         lines += [
-            "Saved with its modeling code (`modeling_alilama.py`, `configuration_alilama.py`), which "
+            "Saved with its modeling code (`modeling_alilama.py`, `configuration_alilama.py`, "
+            "`attention_math.py` and the positional scheme's `positional_*.py`), which "
             "`trust_remote_code=True` runs: " + format_note + ".",
         ]
     lines += [
@@ -653,7 +655,8 @@ def model_card(
     ]
     if not native:
         lines += [
-            "`trust_remote_code=True` runs `modeling_alilama.py` and `configuration_alilama.py` from this "
+            "`trust_remote_code=True` runs `modeling_alilama.py`, `configuration_alilama.py`, "
+            "`attention_math.py` and `positional_*.py` from this "
             "repository on your machine: read them first (they are short and import only torch and "
             "transformers), and pin a `revision=` to keep running the code you read. The tokenizer needs no "
             "code: `trust_remote_code=False` loads it without asking. Where the `alilama` package is "

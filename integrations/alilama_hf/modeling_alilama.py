@@ -1,30 +1,33 @@
 """Alilama's GPT as a transformers model: ``AlilamaModel``, ``AlilamaForCausalLM``, ``AlilamaForSequenceClassification``.
 
-The same math as ``alilama_core.model`` for every built-in positional scheme:
-token embedding (+ a learned position table) -> N x [x + Attn(LN(x)),
-x + MLP(LN(x))] -> LN -> head tied to the embedding; exact GELU; ALiBi, RoPE
-(GPT-NeoX half rotation), learned absolute positions, or none. A positional
-scheme from a plugin runs from its standalone module: as remote code, the one the
-export copied beside this file (``config.positional_module``); in-process, only
-the installed plugin's own (a model folder's files are never imported without
-``trust_remote_code=True``).
+The same math as ``alilama_core.engine.model``: token embedding (+ the
+positions of an embedding scheme) -> N x [x + Attn(LN(x)), x + MLP(LN(x))] ->
+LN -> head tied to the embedding; exact GELU. Every positional scheme, the
+built-in ALiBi, RoPE, learned table and NoPE as much as a plugin's, runs from
+its standalone module (``PositionalScheme.export_source()``): as remote code,
+the one the export copied beside this file (``config.positional_module``);
+in-process, only the installed plugin's own (a model folder's files are never
+imported without ``trust_remote_code=True``). This file has no positional
+maths of its own.
 
 Attention is ``softmax(Q K^T / sqrt(D) + bias + mask) V`` through transformers'
-attention-function interface: ``eager`` (spelt out here, returns the
-attention weights), ``sdpa`` (the default), ``flex_attention``, and
-``flash_attention_2`` (ALiBi through flash-attn's own ``alibi_slopes``).
-Masks are built in float32 with a finite "minus infinity", and a query row
-with no visible key (left padding) attends to all keys instead of producing
-NaN, so fp16 with left padding stays finite.
+attention-function interface: ``eager`` (Alilama's own ``attention_math``,
+which the export also copies beside this file; returns the attention weights),
+``sdpa`` (the default), ``flex_attention``, and ``flash_attention_2`` (ALiBi
+through flash-attn's own ``alibi_slopes``). Masks are built in float32 with a
+finite "minus infinity", and a query row with no visible key (left padding)
+attends to all keys instead of producing NaN, so fp16 with left padding stays
+finite.
 
 This file is copied beside exported weights and runs as remote code
 (``trust_remote_code=True``) on machines without Alilama, so it imports only
-torch, transformers and its sibling ``configuration_alilama``.
+torch, transformers and its siblings ``configuration_alilama`` and
+``attention_math`` (and the scheme's module, by name).
 
 Weight names (Alilama -> here): ``tok_emb`` -> ``model.embed_tokens``,
-``positional.table`` -> ``model.embed_positions``, other ``positional.*`` ->
-``model.positional.*``, ``blocks.i.*`` -> ``model.layers.i.*``, ``ln_f`` ->
-``model.norm``; ``lm_head`` is tied to ``model.embed_tokens``.
+``positional.*`` -> ``model.positional.*``, ``blocks.i.*`` ->
+``model.layers.i.*``, ``ln_f`` -> ``model.norm``; ``lm_head`` is tied to
+``model.embed_tokens``.
 """
 
 from __future__ import annotations
@@ -66,97 +69,34 @@ except ImportError:
 
 from .configuration_alilama import AlilamaConfig
 
-
-# -- positional schemes ----------------------------------------------------------------------
-# Each has ``kind`` ("bias", "rotary", "embedding") and the method of its kind, the
-# interface of Alilama's PositionalScheme, which a plugin's standalone module also follows.
-
-
-def alibi_slopes(n_heads: int) -> Tensor:
-    """ALiBi's per-head slopes ``2^(-8h/n)``; for ``n`` not a power of two, BLOOM/MPT's interleaving.
-
-    >>> alibi_slopes(4).tolist()
-    [0.25, 0.0625, 0.015625, 0.00390625]
-    """
-
-    def geometric(n: int) -> list[float]:
-        return [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]
-
-    p = 2 ** math.floor(math.log2(n_heads))
-    return torch.tensor(geometric(p) + geometric(2 * p)[0::2][: n_heads - p], dtype=torch.float32)
-
-
-def rope_inv_freq(head_dim: int, theta: float) -> Tensor:
-    return 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))  # (D/2,)
-
-
-class AlilamaPositionTable(nn.Embedding):
-    """Learned absolute positions, as in GPT-2 (initialised normal(0, 0.02) like Alilama's)."""
-
-    kind = "embedding"
-
-    @property
-    def max_positions(self) -> int:
-        return self.num_embeddings
-
-    def embed(self, positions: Tensor) -> Tensor:
-        return self(positions)  # (B|1, T, C)
-
-
-class AlilamaALiBi(nn.Module):
-    """Holds the slopes (a non-persistent buffer, refilled by ``_init_weights``)."""
-
-    kind = "bias"
-    max_positions = None
-
-    def __init__(self, config: AlilamaConfig):
-        super().__init__()
-        self.n_heads = config.n_heads
-        self.register_buffer("_slopes", alibi_slopes(config.n_heads), persistent=False)
-
-    def slopes(self) -> Tensor:
-        return self._slopes.float()  # (H,)
-
-    def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        distance = (q_pos[:, None] - k_pos[None, :]).float()  # (T, S)
-        return -self.slopes()[:, None, None] * distance  # (H, T, S)
-
-
-class AlilamaRotaryEmbedding(nn.Module):
-    """RoPE, GPT-NeoX half rotation; ``inv_freq`` is a non-persistent buffer."""
-
-    kind = "rotary"
-    max_positions = None
-
-    def __init__(self, config: AlilamaConfig):
-        super().__init__()
-        self.head_dim = config.head_dim
-        self.theta = config.rope_theta
-        self.register_buffer("inv_freq", rope_inv_freq(self.head_dim, self.theta), persistent=False)
-
-    def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
-        """Rotate ``x`` ``(B, H, T, D)`` for ``(T,)`` or per-row ``(B, T)`` positions."""
-        angles = positions.float()[..., None] * self.inv_freq.float()  # (T, D/2) or (B, T, D/2)
-        if angles.dim() == 3:
-            angles = angles[:, None]  # (B, 1, T, D/2): the same rotation for every head
-        cos, sin = angles.cos(), angles.sin()
-        x1, x2 = x.float().chunk(2, dim=-1)  # (B, H, T, D/2) each
-        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)  # (B, H, T, D)
-
-
-_PLUGIN_SCHEMES: dict[str, type] = {}
 # True when this file runs as the package ``alilama_hf`` (Alilama installed), False when transformers
 # loaded it as remote code from a model folder, which it does only under ``trust_remote_code=True``.
 _IN_PROCESS = __name__.startswith("alilama_hf.")
 
+# The eager attention maths is Alilama's own ``alilama_core.engine.attention_math``: in-process the
+# installed module (by name: remote code never reaches this), as remote code the verbatim copy that
+# the export wrote beside this file.
+if _IN_PROCESS:
+    import importlib
+
+    eager_attention = importlib.import_module("alilama_core.engine.attention_math").eager_attention
+else:
+    from .attention_math import eager_attention
+
+# -- positional schemes ----------------------------------------------------------------------
+# A scheme is the class of its standalone module: ``kind`` ("bias", "rotary", "embedding",
+# "none") and the method of its kind, the interface of Alilama's PositionalScheme.
+
+_SCHEME_CLASSES: dict[str, type] = {}
+
 
 def register_positional_class(module_name: str, cls: type) -> None:
-    """Make a plugin scheme's standalone class known in-process (the export does this)."""
-    _PLUGIN_SCHEMES[module_name] = cls
+    """Make a scheme's standalone class known in-process (the export does this)."""
+    _SCHEME_CLASSES[module_name] = cls
 
 
-def _plugin_scheme_class(config: AlilamaConfig) -> type:
-    """The standalone class of the plugin scheme ``config.positional``.
+def _scheme_class(config: AlilamaConfig) -> type:
+    """The standalone class of the positional scheme ``config.positional``, built-in or a plugin's.
 
     Code from a model folder runs only under the user's trust: as remote code
     (``trust_remote_code=True``), the class comes from the file
@@ -166,11 +106,18 @@ def _plugin_scheme_class(config: AlilamaConfig) -> type:
     ``config.positional``; no file of the model's folder is ever imported.
     """
     name, cls_name = config.positional_module, config.positional_class
+    if name is None and cls_name is None:  # a config built by hand, or exported before every scheme shipped one
+        if _IN_PROCESS:
+            return _installed_scheme_class(config)
+        raise ValueError(
+            f"config.json names no standalone module for positional scheme {config.positional!r} "
+            "(positional_module, positional_class): export the run again with this version of Alilama"
+        )
     for what, value in (("positional_module", name), ("positional_class", cls_name)):
         if not (isinstance(value, str) and value.isidentifier()):
             raise ValueError(f"config.{what} must be a Python identifier, got {value!r}")
-    if name in _PLUGIN_SCHEMES:
-        return _PLUGIN_SCHEMES[name]
+    if name in _SCHEME_CLASSES:
+        return _SCHEME_CLASSES[name]
     if _IN_PROCESS:
         return _installed_scheme_class(config)
     import importlib
@@ -203,7 +150,7 @@ def _installed_scheme_class(config: AlilamaConfig) -> type:
     import importlib
 
     export = importlib.import_module("alilama_hf.export")  # by name: remote code never reaches this
-    errors = importlib.import_module("alilama_core.errors")
+    errors = importlib.import_module("alilama_core.contracts.errors")
     try:
         name, cls_name, _ = export.plugin_module(config.positional)
     except errors.AlilamaError as exc:
@@ -211,25 +158,18 @@ def _installed_scheme_class(config: AlilamaConfig) -> type:
             f"positional scheme {config.positional!r} is not installed here ({exc}). Install the plugin "
             f"package that provides it. {_TRUST_HINT}"
         ) from None
-    if (name, cls_name) != (config.positional_module, config.positional_class):
+    named = (config.positional_module, config.positional_class)
+    if named != (None, None) and (name, cls_name) != named:
         raise ValueError(
             f"the installed scheme {config.positional!r} exports {name}.{cls_name}, but the model's config names "
             f"{config.positional_module}.{config.positional_class}: the folder was not written by this plugin. "
             f"{_TRUST_HINT}"
         )
-    return _PLUGIN_SCHEMES[name]
+    return _SCHEME_CLASSES[name]
 
 
-def build_positional(config: AlilamaConfig) -> nn.Module | None:
-    if config.positional == "alibi":
-        return AlilamaALiBi(config)
-    if config.positional == "rope":
-        return AlilamaRotaryEmbedding(config)
-    if config.positional == "learned":
-        return AlilamaPositionTable(config.context_length, config.d_model)
-    if config.positional == "nope":
-        return None
-    return _plugin_scheme_class(config)(config)
+def build_positional(config: AlilamaConfig) -> nn.Module:
+    return _scheme_class(config)(config)
 
 
 # -- attention functions -------------------------------------------------------------------
@@ -247,13 +187,8 @@ def eager_attention_forward(
     dropout: float = 0.0,
     **kwargs,
 ) -> tuple[Tensor, Tensor]:
-    """``softmax(Q K^T * scaling + mask) V`` in float32; ``attention_mask`` is additive ``(B|1, H|1, T, S)``."""
-    scores = (query @ key.transpose(-2, -1)).float() * scaling  # (B, H, T, S)
-    if attention_mask is not None:
-        scores = scores + attention_mask.float()
-    weights = torch.softmax(scores, dim=-1).to(value.dtype)  # (B, H, T, S)
-    weights = F.dropout(weights, p=dropout, training=module.training)
-    out = weights @ value  # (B, H, T, D)
+    """``softmax(Q K^T * scaling + mask) V`` in float32 (``attention_math``); ``attention_mask`` is additive ``(B|1, H|1, T, S)``."""
+    out, weights = eager_attention(query, key, value, attention_mask, scaling, dropout, module.training)
     return out.transpose(1, 2).contiguous(), weights  # (B, T, H, D)
 
 
@@ -470,13 +405,24 @@ class AlilamaPreTrainedModel(PreTrainedModel):
     _supports_cache_class = True
     _supports_static_cache = True  # the tests run generate with cache_implementation="static"
     _can_compile_fullgraph = False  # data-dependent checks (padding, the learned table's end) break the graph
+    _LEGACY_KEYS = {r"embed_positions\.weight$": "positional.table.weight"}
+    """Weight names of exports written before the built-in schemes shipped their own modules: the learned
+    table was ``model.embed_positions.weight``; it is the scheme's own ``model.positional.table.weight``."""
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """transformers' ``from_pretrained``, reading older exports' weight names too (``_LEGACY_KEYS``)."""
+        kwargs.setdefault("key_mapping", cls._LEGACY_KEYS)
+        return super().from_pretrained(*args, **kwargs)
 
     def _init_weights(self, module: nn.Module) -> None:
         """Alilama's init (Xavier-uniform matrices or normal(0, init_std), zero biases, unit norms).
 
-        It also refills the non-persistent buffers (ALiBi slopes, RoPE
-        frequencies, a plugin scheme's computed tables): ``from_pretrained``
-        creates them empty, and nothing in the checkpoint restores them.
+        The positional scheme (its standalone class) starts as a fresh instance
+        after its own ``reset_parameters()``: that refills the non-persistent
+        buffers (ALiBi slopes, RoPE frequencies, a plugin's computed tables),
+        which ``from_pretrained`` creates empty and nothing in the checkpoint
+        restores, and initialises the parameters the checkpoint does not hold.
         """
         fn = init if init is not None else nn.init
         std = self.config.init_std
@@ -487,14 +433,10 @@ class AlilamaPreTrainedModel(PreTrainedModel):
             else:
                 fn.normal_(w, mean=0.0, std=std)
 
-        if isinstance(module, AlilamaALiBi):
-            _copy(module._slopes, alibi_slopes(module.n_heads))
-        elif isinstance(module, AlilamaRotaryEmbedding):
-            _copy(module.inv_freq, rope_inv_freq(module.head_dim, module.theta))
-        elif isinstance(module, AlilamaPositionTable):
-            fn.normal_(module.weight, mean=0.0, std=0.02)
-        elif module is getattr(getattr(self, "model", self), "positional", None):
-            _refill_buffers(module, self.config)
+        scheme = getattr(getattr(self, "model", self), "positional", None)
+        part = next((name for name, m in scheme.named_modules() if m is module), None) if scheme else None
+        if part is not None:  # the scheme, or a module of it: as the scheme initialises itself
+            _init_scheme(scheme, part, self.config)
         elif isinstance(module, nn.Linear):
             matrix(module.weight)
             if module.bias is not None:
@@ -512,21 +454,37 @@ def _copy(buffer: Tensor, value: Tensor) -> None:
         buffer.copy_(value.to(device=buffer.device, dtype=buffer.dtype))
 
 
-def _refill_buffers(module: nn.Module, config: AlilamaConfig) -> None:
-    """A plugin scheme's non-persistent buffers, from a fresh instance (its parameters come from the checkpoint)."""
-    names = [n for n, _ in module.named_buffers() if n.rpartition(".")[2] in _non_persistent(module, n)]
-    if not names:
+def _init_scheme(scheme: nn.Module, part: str, config: AlilamaConfig) -> None:
+    """The module ``part`` of ``scheme`` (``""``: the scheme itself) as a fresh instance after ``reset_parameters()``.
+
+    Its non-persistent buffers are refilled; its parameters are set unless
+    loaded from the checkpoint (transformers >= 5 marks those, and ``init.copy_``
+    skips them; transformers 4 initialises only what the checkpoint lacks).
+    """
+    module = scheme.get_submodule(part) if part else scheme
+    if not any(True for _ in module.parameters(recurse=False)) and not _non_persistent(module):
         return
     with torch.device("cpu"):
-        fresh = dict(type(module)(config).named_buffers())
-    for name, buffer in module.named_buffers():
-        if name in names and name in fresh:
-            _copy(buffer, fresh[name])
+        fresh = type(scheme)(config)
+        if callable(getattr(fresh, "reset_parameters", None)):
+            fresh.reset_parameters()
+    fresh = fresh.get_submodule(part) if part else fresh
+    for name in _non_persistent(module):
+        if isinstance(getattr(module, name, None), Tensor) and isinstance(getattr(fresh, name, None), Tensor):
+            _copy(getattr(module, name), getattr(fresh, name))
+    for name, parameter in module.named_parameters(recurse=False):
+        value = getattr(fresh, name, None)
+        if isinstance(value, Tensor) and value.shape == parameter.shape:
+            value = value.detach().to(device=parameter.device, dtype=parameter.dtype)
+            if init is not None:
+                init.copy_(parameter, value)
+            else:
+                _copy(parameter, value)
 
 
-def _non_persistent(module: nn.Module, name: str) -> set[str]:
-    owner = module.get_submodule(name.rpartition(".")[0]) if "." in name else module
-    return set(getattr(owner, "_non_persistent_buffers_set", ()))
+def _non_persistent(module: nn.Module) -> set[str]:
+    """The names of ``module``'s own non-persistent buffers (not in checkpoints)."""
+    return set(getattr(module, "_non_persistent_buffers_set", ()))
 
 
 class AlilamaModel(AlilamaPreTrainedModel):
@@ -536,14 +494,7 @@ class AlilamaModel(AlilamaPreTrainedModel):
         super().__init__(config)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
         scheme = build_positional(config)
-        if config.positional == "learned":
-            self.embed_positions = scheme
-        elif config.positional == "alibi":
-            self.alibi = scheme
-        elif config.positional == "rope":
-            self.rotary_emb = scheme
-        elif scheme is not None:
-            self.positional = scheme
+        self.positional = scheme
         self.scheme = [scheme]  # one reference that every kind shares, outside the module tree
         self.dropout = nn.Dropout(config.dropout)
         self.layers = nn.ModuleList(AlilamaBlock(config, i) for i in range(config.n_layers))

@@ -44,7 +44,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from alilama_core.errors import AlilamaError
+from alilama_core.contracts.errors import AlilamaError
 
 ALIBI_TABLE = 8192
 """Columns of MPT's ALiBi table (``max_seq_len``): how far past its training context the export runs."""

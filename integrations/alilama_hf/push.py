@@ -12,7 +12,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from alilama_core.errors import AlilamaError
+from alilama_core.contracts.errors import AlilamaError
 
 CHECK_TIMEOUT_S = 5.0
 
@@ -77,7 +77,7 @@ def push(
     from huggingface_hub import create_branch, create_repo, upload_folder
     from huggingface_hub.errors import HfHubHTTPError
 
-    from alilama_core.outputs import MARKER
+    from alilama_core.runs.outputs import MARKER
     from alilama_hf.export import export
 
     with tempfile.TemporaryDirectory(prefix="alilama-push-") as tmp:

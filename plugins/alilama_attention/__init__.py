@@ -1,11 +1,11 @@
 """Built-in attention backends: ``eager`` (the reference), ``sdpa``, ``flex``, ``flash``,
 ``tiled`` (ALiBi by query blocks on CPU) and ``auto`` (picks one per call).
 
-All share one signature (see ``alilama_core.interfaces.AttentionFn``) and are
+All share one signature (see ``alilama_core.contracts.attention.AttentionFn``) and are
 registered by lazy ``"module:attr"`` paths to an ``AttentionBackend``.
 """
 
-from alilama_core.hookspecs import hookimpl
+from alilama_core.contracts.hookspecs import hookimpl
 
 
 @hookimpl

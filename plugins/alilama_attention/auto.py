@@ -24,22 +24,22 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from alilama_core.errors import PluginUnavailableError
-from alilama_core.interfaces import (
+from alilama_core.contracts.attention import (
     AttentionBackend,
     AttentionBias,
     AttentionCase,
-    PositionalScheme,
     attention_backend,
     shape_class,
 )
+from alilama_core.contracts.errors import PluginUnavailableError
+from alilama_core.contracts.positional import PositionalScheme
 
 _choices: dict[tuple, AttentionBackend] = {}
 
 
 def candidates(case: AttentionCase) -> list[tuple[str, AttentionBackend | None, str | None]]:
     """Every registered backend as ``(name, backend or None, why it is refused or None)``."""
-    from alilama_core.registry import get_registry
+    from alilama_core.engine.registry import get_registry
 
     reg = get_registry()
     rows = []
@@ -58,7 +58,7 @@ def candidates(case: AttentionCase) -> list[tuple[str, AttentionBackend | None, 
 
 def choose(case: AttentionCase) -> AttentionBackend:
     """The eligible backend with the highest declared priority for ``case``."""
-    from alilama_core.registry import get_registry
+    from alilama_core.engine.registry import get_registry
 
     reg = get_registry()
     key = (case, id(reg), tuple(reg.names("attention")))  # a newly registered backend is considered

@@ -19,9 +19,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from alilama_core.errors import PluginUnavailableError
-from alilama_core.interfaces import AttentionBackend, AttentionBias, AttentionCase, PositionalScheme
 from alilama_attention.masks import attention_bias
+from alilama_core.contracts.attention import AttentionBackend, AttentionBias, AttentionCase
+from alilama_core.contracts.errors import PluginUnavailableError
+from alilama_core.contracts.positional import PositionalScheme
 
 MIN_VERSION = (2, 4)
 MIN_CAPABILITY = (8, 0)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from alilama_core.interfaces import AttentionBias, PositionalScheme
+from alilama_core.contracts.attention import AttentionBias
+from alilama_core.contracts.positional import PositionalScheme
 
 
 def attention_bias(

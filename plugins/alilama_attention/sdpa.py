@@ -19,9 +19,10 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor
 
-from alilama_core.interfaces import AttentionBackend, AttentionBias, PositionalScheme, human_bytes
 from alilama_attention import bias_grad
 from alilama_attention.masks import attention_bias
+from alilama_core.contracts.attention import AttentionBackend, AttentionBias, human_bytes
+from alilama_core.contracts.positional import PositionalScheme
 
 
 def sdpa_attention(

@@ -29,8 +29,9 @@ import math
 import torch
 from torch import Tensor
 
-from alilama_core.interfaces import AttentionBackend, AttentionBias, AttentionCase, PositionalScheme
 from alilama_attention.masks import attention_bias
+from alilama_core.contracts.attention import AttentionBackend, AttentionBias, AttentionCase
+from alilama_core.contracts.positional import PositionalScheme
 
 QUERY_BLOCK = 128
 KEY_CHUNK = 256

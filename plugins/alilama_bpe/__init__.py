@@ -8,7 +8,7 @@ cheap: the tokenizer is loaded on first use. ``alilama tokenizer`` (in the
 application) drives it through the ``Tokenizer`` interface like any other.
 """
 
-from alilama_core.hookspecs import hookimpl
+from alilama_core.contracts.hookspecs import hookimpl
 
 __all__ = ["register_tokenizers"]
 

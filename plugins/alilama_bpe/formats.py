@@ -22,11 +22,10 @@ import unicodedata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from alilama_core.errors import TokenizerError
-from alilama_core.files import atomic_write_text
-from alilama_core.limits import loads_json
-
 from alilama_bpe import reference
+from alilama_core.contracts.errors import TokenizerError
+from alilama_core.contracts.files import atomic_write_text
+from alilama_core.contracts.limits import loads_json
 
 if TYPE_CHECKING:
     from alilama_bpe.tokenizer import BPETokenizer
@@ -91,7 +90,8 @@ def save(tok: "BPETokenizer", directory: Path) -> None:
     holds other files too, the files are replaced one by one, the config last:
     its hash of ``tokenizer.model`` makes a half-replaced folder fail to load.
     """
-    from alilama_core.files import FolderBusyError, exclusive_lock
+    from alilama_core.contracts.errors import FolderBusyError
+    from alilama_core.contracts.files import exclusive_lock
 
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():

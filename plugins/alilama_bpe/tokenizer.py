@@ -26,11 +26,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from alilama_core.errors import AlilamaWarning, TokenizerError
-from alilama_core.tokenizer import MAX_VOCAB_SIZE, AllowedSpecial, ProgressCallback, Tokenizer
-
 from alilama_bpe import _backend, reference
 from alilama_bpe.reference import GPT4_SPLIT_PATTERN
+from alilama_core.contracts.errors import AlilamaWarning, TokenizerError
+from alilama_core.contracts.tokenizer import MAX_VOCAB_SIZE, AllowedSpecial, ProgressCallback, Tokenizer
 
 if TYPE_CHECKING:
     import numpy as np
@@ -505,7 +504,7 @@ class BPETokenizer(Tokenizer):
         """
         import numpy as np
 
-        from alilama_core.data import token_dtype
+        from alilama_core.contracts.data import token_dtype
 
         path = os.fspath(path)
         if not os.path.isfile(path):

@@ -4,7 +4,7 @@ Each scheme lives in its own module and is registered by a lazy ``"module:attr"`
 path, so loading the plugin list never imports torch.
 """
 
-from alilama_core.hookspecs import hookimpl
+from alilama_core.contracts.hookspecs import hookimpl
 
 
 @hookimpl

@@ -1,25 +1,23 @@
-"""Learned absolute positions (as in GPT-2): a table of ``context_length`` vectors."""
+"""Learned absolute positions (as in GPT-2): a table of ``context_length`` vectors.
+
+The table lives in ``standalone_learned``, a torch-only module that the Hugging
+Face export ships as it is; this class adds Alilama's ``PositionalScheme``
+contract to it.
+"""
 
 from __future__ import annotations
 
-from torch import Tensor, nn
+from pathlib import Path
 
-from alilama_core.interfaces import PositionalScheme
+from alilama_core.contracts.positional import PositionalScheme
+from alilama_positional import standalone_learned
 
 
-class LearnedPositions(PositionalScheme):
-    kind = "embedding"
-
+class LearnedPositions(standalone_learned.LearnedPositions, PositionalScheme):
     def __init__(self, config) -> None:
-        super().__init__(config)
-        self.table = nn.Embedding(config.context_length, config.d_model)
+        PositionalScheme.__init__(self, config)
+        self.build(config)
 
-    @property
-    def max_positions(self) -> int:
-        return self.table.num_embeddings
-
-    def reset_parameters(self) -> None:
-        nn.init.normal_(self.table.weight, std=0.02)
-
-    def embed(self, positions: Tensor) -> Tensor:
-        return self.table(positions)  # (T, C) or (B, T, C)
+    @classmethod
+    def export_source(cls) -> str:
+        return str(Path(standalone_learned.__file__))

@@ -1,8 +1,18 @@
 """NoPE: no positional information; the causal mask alone orders the tokens
 (Kazemnejad et al., 2023, arXiv:2305.19466)."""
 
-from alilama_core.interfaces import PositionalScheme
+from __future__ import annotations
+
+from pathlib import Path
+
+from alilama_core.contracts.positional import PositionalScheme
+from alilama_positional import standalone_nope
 
 
-class NoPositions(PositionalScheme):
-    kind = "none"
+class NoPositions(standalone_nope.NoPositions, PositionalScheme):
+    def __init__(self, config) -> None:
+        PositionalScheme.__init__(self, config)
+
+    @classmethod
+    def export_source(cls) -> str:
+        return str(Path(standalone_nope.__file__))

@@ -4,7 +4,7 @@ Registered exactly as a third-party task package would, by lazy ``"module:attr"`
 paths, so listing tasks never imports torch.
 """
 
-from alilama_core.hookspecs import hookimpl
+from alilama_core.contracts.hookspecs import hookimpl
 
 TASKS = {
     "copy": ("Copy", "repeat the prompt"),
@@ -24,4 +24,6 @@ def register_tasks(register):
 
 @hookimpl
 def register_tokenizers(register):
-    register("symbols", "alilama_core.tasks:SymbolTokenizer", description="one token per symbol (task vocabularies)")
+    register(
+        "symbols", "alilama_core.contracts.task:SymbolTokenizer", description="one token per symbol (task vocabularies)"
+    )

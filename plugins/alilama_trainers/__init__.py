@@ -1,6 +1,6 @@
 """The built-in trainer, registered as a plugin like any other."""
 
-from alilama_core.hookspecs import hookimpl
+from alilama_core.contracts.hookspecs import hookimpl
 
 
 @hookimpl

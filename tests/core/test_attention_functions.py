@@ -6,10 +6,10 @@ import math
 
 import pytest
 import torch
+from alilama_testing import available_backends, tiny_config
 from torch.testing import assert_close
 
-from alilama_core.registry import get_attention, get_positional
-from alilama_testing import available_backends, tiny_config
+from alilama_core.engine.registry import get_attention, get_positional
 
 BACKENDS = [b for b in available_backends() if b != "eager"]
 
@@ -60,7 +60,7 @@ def test_eager_is_the_textbook_formula():
 
 
 def test_a_static_bias_is_kept_between_passes_and_masks_are_4d():
-    from alilama_core.interfaces import AttentionBias
+    from alilama_core.contracts.attention import AttentionBias
 
     alibi = get_positional("alibi")(tiny_config())
     cpu = torch.device("cpu")
@@ -73,7 +73,7 @@ def test_a_static_bias_is_kept_between_passes_and_masks_are_4d():
 
 
 def test_a_padded_query_sees_itself_so_no_row_is_fully_masked():
-    from alilama_core.interfaces import AttentionBias
+    from alilama_core.contracts.attention import AttentionBias
 
     alibi = get_positional("alibi")(tiny_config())
     keep = torch.tensor([[False, False, True, True], [True, True, True, True]])
@@ -107,7 +107,7 @@ def test_low_precision_left_padding_has_no_nan(backend, dtype):
 
 def test_backends_take_the_shared_bias_and_work_without_it():
     """A precomputed ``AttentionBias`` gives the same output as the scheme alone."""
-    from alilama_core.interfaces import AttentionBias
+    from alilama_core.contracts.attention import AttentionBias
 
     alibi = get_positional("alibi")(tiny_config())
     q, k, v = _qkv(4, 5, 9)

@@ -6,17 +6,17 @@ import ast
 import itertools
 import pathlib
 
+import alilama_attention.auto as auto
 import pytest
 import torch
-
-import alilama_attention.auto as auto
-from alilama_core import KVCache, build_model
-from alilama_core.hookspecs import hookimpl
-from alilama_core.interfaces import AttentionBackend, AttentionCase, attention_backend, shape_class
-from alilama_core.registry import get_attention, get_registry
-from alilama_testing import tiny_config
 from alilama_attention.flash import refusal
 from alilama_attention.sdpa import sdpa_attention
+from alilama_testing import tiny_config
+
+from alilama_core import KVCache, build_model
+from alilama_core.contracts.attention import AttentionBackend, AttentionCase, attention_backend, shape_class
+from alilama_core.contracts.hookspecs import hookimpl
+from alilama_core.engine.registry import get_attention, get_registry
 
 
 def _case(device="cpu", shape="short", kind="bias", slopes=True, **kw):
@@ -140,7 +140,7 @@ def test_an_installed_third_party_backend_wins_where_it_declares_the_highest_pri
 
 
 def test_a_router_is_resolved_once_per_shape_class_not_per_call_or_layer():
-    from alilama_core.registry import register_plugin, unregister_plugin
+    from alilama_core.engine.registry import register_plugin, unregister_plugin
 
     resolved = []
 

@@ -12,13 +12,14 @@ import copy
 
 import pytest
 import torch
+from alilama_testing import tiny_config
 from torch import nn
 
 from alilama_core import build_model
-from alilama_core.hookspecs import hookimpl
-from alilama_core.interfaces import AttentionBias, BiasCache, PositionalScheme
-from alilama_core.registry import register_plugin, unregister_plugin
-from alilama_testing import tiny_config
+from alilama_core.contracts.attention import AttentionBias, BiasCache
+from alilama_core.contracts.hookspecs import hookimpl
+from alilama_core.contracts.positional import PositionalScheme
+from alilama_core.engine.registry import register_plugin, unregister_plugin
 
 TOKENS = torch.randint(0, 97, (2, 24), generator=torch.Generator().manual_seed(0))
 
@@ -244,7 +245,7 @@ def test_a_trainable_scheme_is_never_kept_between_passes(schemes):
 
 
 def test_direct_calls_keep_their_masks_until_cleared():
-    from alilama_core.registry import get_positional
+    from alilama_core.engine.registry import get_positional
 
     alibi = get_positional("alibi")(tiny_config())
     a = AttentionBias(alibi, 16, 16, "cpu").mask(torch.float32)

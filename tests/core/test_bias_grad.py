@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from alilama_attention import bias_grad
+from alilama_testing import tiny_config
 from torch.testing import assert_close
 
-from alilama_attention import bias_grad
-from alilama_core.interfaces import AttentionBias
-from alilama_core.model import build_model
-from alilama_core.registry import get_attention, get_positional, get_registry
-from alilama_testing import tiny_config
+from alilama_core.contracts.attention import AttentionBias
+from alilama_core.engine.model import build_model
+from alilama_core.engine.registry import get_attention, get_positional, get_registry
 
 pytestmark = pytest.mark.skipif(bias_grad._kernels is None, reason="the native kernels are not built (make install)")
 

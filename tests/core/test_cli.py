@@ -139,7 +139,7 @@ def test_the_library_exports_the_documented_api():
     for name in ("load_run", "build_model", "generate", "generate_text", "evaluate_run", "SamplingSettings"):
         assert name in alilama_core.__all__ and getattr(alilama_core, name) is not None
     code = (
-        "import sys, alilama_core.checkpoint, alilama_core.config, alilama_core.registry; "
+        "import sys, alilama_core.runs.checkpoint, alilama_core.contracts.config, alilama_core.engine.registry; "
         "print([m for m in sys.modules if m.startswith('alilama_core.app') or m == 'typer'])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

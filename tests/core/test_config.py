@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 
 from alilama_core import Config, ConfigError, ModelConfig, apply_overrides, preset
-from alilama_core import config as cfgmod
+from alilama_core.engine import configs as cfgmod
+from alilama_core.engine.validate import check_config, check_model
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,7 +73,21 @@ def test_bad_overrides_say_what_is_wrong(override, message):
 )
 def test_invalid_configs_are_rejected(changes, message):
     with pytest.raises(ConfigError, match=message):
-        ModelConfig(**changes).validate()
+        check_model(ModelConfig(**changes))
+
+
+def test_validate_checks_values_only(monkeypatch):
+    """``ModelConfig.validate()`` is plain data: no registry, no memory probe; ``check_model`` does those."""
+    from alilama_core.engine import validate as validation
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("validate() must not reach the registry or the machine")
+
+    monkeypatch.setattr(validation, "check_compatibility", refuse)
+    monkeypatch.setattr(validation, "available_memory", refuse)
+    ModelConfig(positional="no-such-scheme").validate()  # a name is data until a model is built
+    with pytest.raises(AssertionError, match="must not reach"):
+        check_model(ModelConfig())
 
 
 def test_bad_files(tmp_path):
@@ -120,7 +135,7 @@ def test_rope_theta_moved_to_positional_options_and_old_configs_load(tmp_path):
     alibi = tmp_path / "alibi.yaml"
     alibi.write_text("model:\n  positional: alibi\n  rope_theta: 10000.0\n")
     assert cfgmod.load(alibi).model.positional_options == {}
-    from alilama_core.model import build_model
+    from alilama_core.engine.model import build_model
 
     model = build_model(cfgmod.apply_overrides(cfg, ["model.positional_options.theta=20"]).model.validate())
     assert model.positional.theta == 20.0
@@ -137,10 +152,7 @@ def test_rope_theta_moved_to_positional_options_and_old_configs_load(tmp_path):
 def test_unknown_plugin_settings_name_the_key(override, words):
     cfg = cfgmod.apply_overrides(cfgmod.preset("tiny"), ["model.positional=rope", "model.attention=sdpa", override])
     with pytest.raises(ConfigError) as info:
-        cfg.validate()
-        from alilama_core.registry import get_trainer
-
-        get_trainer(cfg.train.trainer)(cfg)
+        check_config(cfg)
     assert all(w in str(info.value) for w in words), str(info.value)
 
 

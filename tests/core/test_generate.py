@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from alilama_testing import SCHEMES, available_backends, tiny_config
 
 from alilama_core import ConfigError, build_model
-from alilama_core.generation import SamplingSettings, generate, next_token
-from alilama_core.registry import get_attention
-from alilama_testing import SCHEMES, available_backends, tiny_config
+from alilama_core.engine.generation import SamplingSettings, generate, next_token
+from alilama_core.engine.registry import get_attention
 
 BACKENDS = [b for b in available_backends() if "cpu" in get_attention(b).devices]
 

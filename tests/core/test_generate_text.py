@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from alilama_core import config as cfgmod
-from alilama_core.checkpoint import save_weights
-from alilama_core.generation import SamplingSettings, decode_stream, generate, stream_text
-from alilama_core.model import build_model
-from alilama_core.registry import get_tokenizer
 from alilama_testing import run_cli, tiny_config
+
+from alilama_core.engine import configs as cfgmod
+from alilama_core.engine.generation import SamplingSettings, decode_stream, generate, stream_text
+from alilama_core.engine.model import build_model
+from alilama_core.engine.registry import get_tokenizer
+from alilama_core.runs.checkpoint import save_weights
 
 TEXT = 'Once upon a time, Zoë met 世界 and said "héllo 🎉". Ça va? Ünïcödé!\n' * 20
 
@@ -57,7 +57,7 @@ def _valid(b: bytes) -> bool:
 
 
 def test_stream_text_equals_generate_and_stops_at_stop_strings(run_dir):
-    from alilama_core.checkpoint import load_run
+    from alilama_core.runs.checkpoint import load_run
 
     loaded = load_run(run_dir)
     settings = SamplingSettings(max_new_tokens=40, temperature=0)
@@ -127,10 +127,10 @@ def test_the_generate_example_of_the_api_docs_runs(run_dir, capsys):
     from pathlib import Path
 
     import alilama_core
-    import alilama_core.generation  # imported first, as the CLI does: it must not shadow the function
-    from alilama_core.checkpoint import load_run
+    import alilama_core.engine.generation  # imported first, as the CLI does: it must not shadow the function
+    from alilama_core.runs.checkpoint import load_run
 
-    assert alilama_core.generate is alilama_core.generation.generate and callable(alilama_core.generate)
+    assert alilama_core.generate is alilama_core.engine.generation.generate and callable(alilama_core.generate)
     doc = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text(encoding="utf-8")
     block = re.search(r"## Generate\n\n```python\n(.*?)```", doc, re.S)
     assert block, "docs/api.md lost its '## Generate' python block"

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from alilama_testing import SCHEMES, available_backends, tiny_config, twin_models
 from torch.testing import assert_close
 
-from alilama_core import KVCache
-from alilama_core.registry import get_attention
-from alilama_testing import SCHEMES, available_backends, tiny_config, twin_models
-
-from alilama_core import build_model
+from alilama_core import KVCache, build_model
+from alilama_core.engine.registry import get_attention
 
 # Backends that run on CPU tensors: a CUDA-only backend (flash) stays out even where it is installed.
 BACKENDS = [b for b in available_backends() if b != "eager" and "cpu" in get_attention(b).devices]
@@ -229,7 +227,7 @@ def test_compiled_flex_matches_eager(monkeypatch):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("backend", ["flash", "flex", "sdpa"])
 def test_cuda_backends_match_eager(backend):
-    from alilama_core.interfaces import attention_backend
+    from alilama_core.contracts.attention import attention_backend
 
     reason = attention_backend(get_attention(backend)).available()
     if reason:

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from alilama_testing import tiny_config
 
 from alilama_core import ConfigError, PositionalScheme, UnknownPluginError, build_model, hookimpl
-from alilama_core.registry import Registry, get_positional, get_registry
-from alilama_testing import tiny_config
+from alilama_core.engine.registry import Registry, get_positional, get_registry
+from alilama_core.engine.validate import check_model
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "docs" / "plugins" / "alilama-sinusoidal"
@@ -158,7 +159,7 @@ def test_throwaway_plugin_registered_in_process():
         torch.testing.assert_close(model(x), ref(x), rtol=1e-4, atol=1e-5)
         # a dense-only bias cannot go to flash, which takes only slopes
         with pytest.raises(ConfigError) as info:
-            tiny_config(positional="constant-test", attention="flash").validate()
+            check_model(tiny_config(positional="constant-test", attention="flash"))
         message = str(info.value)
         assert "'flash'" in message and "'constant-test'" in message
         assert "eager" in message and "sdpa" in message and "flex" in message
@@ -174,7 +175,7 @@ def test_unknown_names_list_what_exists():
     assert isinstance(info.value, KeyError)
     assert "alibi" in str(info.value) and "rope" in str(info.value) and "'alibii'" in str(info.value)
     with pytest.raises(UnknownPluginError, match="available: .*sdpa"):
-        tiny_config(attention="sdpaa").validate()
+        check_model(tiny_config(attention="sdpaa"))
 
 
 def test_misspelt_hook_fails_loudly():
@@ -192,7 +193,7 @@ def test_every_hook_is_documented():
     """Each hook in hookspecs.py appears in docs/plugins.md under a heading with its signature."""
     import inspect
 
-    from alilama_core import hookspecs
+    from alilama_core.contracts import hookspecs
 
     doc = (REPO / "docs" / "plugins.md").read_text()
     for name, fn in inspect.getmembers(hookspecs, inspect.isfunction):
@@ -268,8 +269,8 @@ def test_hooks_go_through_pluggy_markers_and_order():
 
 
 def test_hook_kinds_are_one_table():
-    from alilama_core import hookspecs
-    from alilama_core.registry import HOOKS, KINDS
+    from alilama_core.contracts import hookspecs
+    from alilama_core.engine.registry import HOOKS, KINDS
 
     assert set(KINDS) == set(HOOKS) and {"tokenizer", "positional", "attention", "trainer"} <= set(KINDS)
     for hook in HOOKS.values():

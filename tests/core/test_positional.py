@@ -4,16 +4,15 @@ import math
 
 import pytest
 import torch
-from torch.testing import assert_close
-
-from torch import nn
-
-from alilama_core import ConfigError, build_model
-from alilama_core.hookspecs import hookimpl
-from alilama_core.interfaces import PositionalScheme
-from alilama_core.registry import get_positional, register_plugin, unregister_plugin
 from alilama_positional.alibi import alibi_slopes
 from alilama_testing import tiny_config
+from torch import nn
+from torch.testing import assert_close
+
+from alilama_core import ConfigError, build_model
+from alilama_core.contracts.hookspecs import hookimpl
+from alilama_core.contracts.positional import PositionalScheme
+from alilama_core.engine.registry import get_positional, register_plugin, unregister_plugin
 
 
 def test_alibi_slopes_for_eight_heads_are_halvings():

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from alilama_attention import bias_grad
+from alilama_testing import tiny_config
 from torch import nn
 from torch.testing import assert_close
 
 from alilama_core import build_model
-from alilama_core.hookspecs import hookimpl
-from alilama_core.interfaces import PositionalScheme
-from alilama_core.registry import get_attention, register_plugin, unregister_plugin
-from alilama_attention import bias_grad
-from alilama_testing import tiny_config
+from alilama_core.contracts.hookspecs import hookimpl
+from alilama_core.contracts.positional import PositionalScheme
+from alilama_core.engine.registry import get_attention, register_plugin, unregister_plugin
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -97,9 +97,9 @@ type(aten).__getattr__ = hidden
 assert not hasattr(torch.ops.aten, names[0])
 
 from torch import nn
-from alilama_core.testing import tiny_model_config
-from alilama_core.interfaces import PositionalScheme
-from alilama_core.registry import get_attention
+from alilama_core.kit.common import tiny_model_config
+from alilama_core.contracts.positional import PositionalScheme
+from alilama_core.engine.registry import get_attention
 
 class LogDistance(PositionalScheme):
     kind = "bias"

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import alilama_attention.tiled as tiled
 import pytest
 import torch
+from alilama_testing import tiny_config
 from torch.testing import assert_close
 
-import alilama_attention.tiled as tiled
 from alilama_core import ModelConfig, build_model
-from alilama_core.registry import get_attention, get_positional
-from alilama_testing import tiny_config
+from alilama_core.engine.registry import get_attention, get_positional
 
 
 def _alibi(heads: int):

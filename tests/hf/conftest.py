@@ -11,7 +11,6 @@ pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
 import torch  # noqa: E402
-
 from alilama_testing import tiny_config  # noqa: E402
 
 STORY = (
@@ -48,8 +47,9 @@ def tokenizer():
 def build_run(root: Path, positional: str, tokenizer, metrics: bool = True, name: str | None = None, **shape) -> Path:
     """A run folder: config.yaml, tokenizer/, final/model.safetensors, metrics.jsonl."""
     from alilama_core import build_model
-    from alilama_core.checkpoint import save_weights
-    from alilama_core.config import Config, save
+    from alilama_core.contracts.config import Config
+    from alilama_core.engine.configs import save
+    from alilama_core.runs.checkpoint import save_weights
 
     torch.manual_seed(0)
     shape = shape or SHAPES[positional]

@@ -20,7 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from alilama_core.app.cli import get_app
-from alilama_core.outputs import MARKER, foreign_entries, kind_of
+from alilama_core.runs.outputs import MARKER, foreign_entries, kind_of
 
 # Runs ``alilama ARGS``; with PAUSE set, the export stops after writing the weights (before the tokenizer)
 # and either kills itself (PAUSE=kill) or says so in READY and waits for the file GO (PAUSE=hold).
@@ -128,7 +128,8 @@ def test_a_kill_during_export_force_keeps_the_old_export_and_the_next_force_clea
     forced = cli("export", "hf", str(run), str(out), "--force", "--format", "remote-code")
     assert forced.exit_code == 0 and "as remote-code" in forced.output, forced.output
     assert temporaries(tmp_path) == []  # neither the killed export's folder nor the old one stays
-    assert (out / "modeling_alilama.py").is_file() and foreign_entries(out, "hf") == []
+    assert (out / "modeling_alilama.py").is_file() and (out / "attention_math.py").is_file()
+    assert foreign_entries(out, "hf") == []
     loads(out)
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 from alilama_testing import SCHEMES
 
-from alilama_core.checkpoint import load_run
-from alilama_core.generation import SamplingSettings, generate
+from alilama_core.engine.generation import SamplingSettings, generate
+from alilama_core.runs.checkpoint import load_run
 
 USER = "alilama-test"
 PROMPT = "Once upon a time, Lily saw"

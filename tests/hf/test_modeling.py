@@ -9,8 +9,8 @@ import pytest
 import torch
 from alilama_testing import SCHEMES
 
-from alilama_core.checkpoint import load_run
-from alilama_core.generation import SamplingSettings, generate
+from alilama_core.engine.generation import SamplingSettings, generate
+from alilama_core.runs.checkpoint import load_run
 
 PROMPT = "Once upon a time, Lily saw"
 
@@ -41,23 +41,68 @@ def test_logits_equal_alilama(runs, exports, positional, attn):
 
 
 @pytest.mark.parametrize("positional", SCHEMES)
-def test_buffers_and_tied_head_survive_from_pretrained(exports, positional):
+def test_buffers_and_tied_head_survive_from_pretrained(runs, exports, positional):
+    from alilama_positional.standalone_alibi import alibi_slopes
+    from alilama_positional.standalone_rope import rope_inv_freq
     from safetensors import safe_open
-
-    from alilama_hf.modeling_alilama import alibi_slopes, rope_inv_freq
 
     model = _hf(exports[positional])
     assert model.lm_head.weight is model.model.embed_tokens.weight
     with safe_open(exports[positional] / "model.safetensors", "pt") as f:
         keys = set(f.keys())
     assert "lm_head.weight" not in keys and "model.embed_tokens.weight" in keys
+    scheme = model.model.positional
     if positional == "alibi":  # 6 heads: the interleaved slopes of a non-power-of-two count
-        from alilama_positional.alibi import alibi_slopes as reference
-
-        assert torch.equal(model.model.alibi.slopes(), reference(6))
+        assert torch.equal(scheme.slopes(), alibi_slopes(6))
         assert alibi_slopes(6).tolist() == [2**-2, 2**-4, 2**-6, 2**-8, 2**-1, 2**-3]
     if positional == "rope":
-        assert torch.equal(model.model.rotary_emb.inv_freq, rope_inv_freq(8, 500.0))
+        assert torch.equal(scheme.inv_freq, rope_inv_freq(8, 500.0))
+    if positional == "learned":
+        assert "model.positional.table.weight" in keys
+        torch.testing.assert_close(scheme.table.weight, load_run(runs[positional]).model.positional.table.weight)
+
+
+def test_an_older_learned_export_still_loads_its_table(runs, exports, tmp_path):
+    """Exports written before the built-in schemes shipped their own modules named the learned table
+    ``model.embed_positions.weight`` and recorded no scheme module: they must load to the same logits."""
+    from safetensors.torch import load_file, save_file
+
+    old = tmp_path / "older"
+    shutil.copytree(exports["learned"], old)
+    state = load_file(old / "model.safetensors")
+    state["model.embed_positions.weight"] = state.pop("model.positional.table.weight")
+    save_file(state, old / "model.safetensors", metadata={"format": "pt"})
+    config = json.loads((old / "config.json").read_text())
+    config.pop("positional_module", None), config.pop("positional_class", None)
+    (old / "config.json").write_text(json.dumps(config))
+    loaded = load_run(runs["learned"])
+    model = _hf(old)
+    ids = torch.tensor([loaded.tokenizer.encode(PROMPT * 4)[:30]])
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids).logits, loaded.model(ids), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("positional", SCHEMES)
+def test_built_in_schemes_export_like_a_plugin(exports, positional):
+    """One copy of each scheme's maths: the plugin class is its standalone module's class, which the export ships."""
+    import importlib
+    from pathlib import Path
+
+    from alilama_core.engine import attention_math
+    from alilama_core.engine.registry import get_positional
+
+    cls = get_positional(positional)
+    source = Path(cls.export_source())
+    standalone = importlib.import_module(f"alilama_positional.{source.stem}")
+    assert getattr(standalone, cls.__name__) in cls.__mro__  # the plugin runs the very class it exports
+    config = json.loads((exports[positional] / "config.json").read_text())
+    assert config["positional_class"] == cls.__name__
+    shipped = exports[positional] / f"{config['positional_module']}.py"
+    assert shipped.read_text() == source.read_text()
+    assert (exports[positional] / "attention_math.py").read_text() == Path(attention_math.__file__).read_text()
+    for path in (shipped, exports[positional] / "attention_math.py"):
+        imports = [line.split()[1] for line in path.read_text().splitlines() if line.startswith(("import ", "from "))]
+        assert {name.split(".")[0] for name in imports} <= {"__future__", "math", "torch"}, (path.name, imports)
 
 
 @pytest.mark.parametrize("positional", SCHEMES)
@@ -142,6 +187,8 @@ def test_exported_folder_is_complete(exports, tokenizer):
         "generation_config.json",
         "configuration_alilama.py",
         "modeling_alilama.py",
+        "attention_math.py",
+        "positional_alibi.py",
         "tokenizer.json",
         "tokenizer_config.json",
         "special_tokens_map.json",
@@ -155,8 +202,9 @@ def test_exported_folder_is_complete(exports, tokenizer):
     assert gen["eos_token_id"] == gen["bos_token_id"] == gen["pad_token_id"] == tokenizer.eot_id
     tok_config = json.loads((out / "tokenizer_config.json").read_text())
     assert tok_config["eos_token"] == tok_config["pad_token"] == "<|endoftext|>"
-    # Remote code must not need Alilama: only torch, transformers and the sibling config.
-    for name in ("modeling_alilama.py", "configuration_alilama.py"):
+    assert config["positional_module"] == "positional_alibi" and config["positional_class"] == "ALiBi"
+    # Remote code must not need Alilama: only torch, transformers and the sibling files.
+    for name in ("modeling_alilama.py", "configuration_alilama.py", "attention_math.py", "positional_alibi.py"):
         assert "alilama_" not in "".join(
             line for line in (out / name).read_text().splitlines() if line.lstrip().startswith(("import", "from"))
         )
@@ -204,7 +252,6 @@ def test_model_card(exports, native_exports):
 def test_model_card_reads_the_prepared_data(runs, tmp_path):
     """Datasets and token counts come from the prepared data's meta.json, which RUN/run.json names."""
     import yaml
-
     from alilama_hf.export import export
 
     run = tmp_path / "story-run"
@@ -284,10 +331,38 @@ def test_attention_implementations_on_cuda_agree_with_eager(make_run, tmp_path, 
 
 
 def test_the_essay_nobias_preset_maps_onto_mpt_and_the_essay_preset_does_not():
-    from alilama_core.config import preset
     from alilama_hf.native import native_reason
+
+    from alilama_core.engine.configs import preset
 
     assert native_reason(preset("essay-nobias").model) is None
     assert "linear biases" in native_reason(preset("essay").model)
     nobias = preset("essay-nobias").model
     assert (nobias.d_model, nobias.n_layers, nobias.n_heads, nobias.d_mlp) == (128, 8, 8, 512)
+
+
+def test_one_eager_attention_for_the_backend_capture_and_the_export():
+    """The eager backend, attention capture and the remote code all run ``attention_math``; it is the plain formula."""
+    import math
+
+    from alilama_attention.eager import eager_attention as backend
+    from alilama_hf import modeling_alilama
+    from alilama_testing import tiny_config
+
+    from alilama_core import build_model
+    from alilama_core.engine import attention_math
+    from alilama_core.engine.capture import attention_probabilities
+
+    assert modeling_alilama.eager_attention is attention_math.eager_attention
+    scheme = build_model(tiny_config(positional="alibi", attention="eager", d_model=32, n_heads=4)).positional
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 4, n, 8, generator=g) for n in (5, 9, 9))  # 5 queries after 4 cached keys
+    pad = torch.ones(2, 9, dtype=torch.bool)
+    pad[1, :3] = False
+    k_pos = torch.arange(9)
+    bias = scheme.bias(k_pos[4:], k_pos)  # (H, T, S)
+    keep = (k_pos[None, :] <= k_pos[4:, None]) & (pad[:, None, None, :] | (k_pos[None, :] == k_pos[4:, None]))
+    scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(8)) + bias  # (B, H, T, S)
+    want = torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1)  # written out once more, by hand
+    assert torch.equal(attention_probabilities(q, k, scheme, True, pad), want)
+    assert torch.equal(backend(q, k, v, positional=scheme, key_padding_mask=pad), want @ v)

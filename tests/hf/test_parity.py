@@ -21,9 +21,8 @@ PROMPT = "Once upon a time, Lily saw"
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory, exports) -> dict:
     """``{"gpt2": folder, "alilama": folder}``: a random GPT-2 of the same size, with the same tokenizer."""
-    from transformers import GPT2Config, GPT2LMHeadModel
-
     import alilama_hf  # noqa: F401  (registers the Auto classes)
+    from transformers import GPT2Config, GPT2LMHeadModel
 
     alilama = exports["alibi"]
     gpt2 = tmp_path_factory.mktemp("gpt2") / "gpt2"

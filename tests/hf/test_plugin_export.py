@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-from alilama_core.hookspecs import hookimpl
-from alilama_core.interfaces import PositionalScheme
-from alilama_core.registry import register_plugin, unregister_plugin
+from alilama_core.contracts.hookspecs import hookimpl
+from alilama_core.contracts.positional import PositionalScheme
+from alilama_core.engine.registry import register_plugin, unregister_plugin
 
 STANDALONE = Path(__file__).with_name("plugin_schemes") / "kerple_standalone.py"
 
@@ -61,9 +61,10 @@ def _run(make_run, tmp_path_factory, tokenizer, positional):
 
 def test_a_learnable_bias_scheme_round_trips(schemes, make_run, tmp_path_factory, tokenizer):
     import alilama_hf  # noqa: F401
-    from alilama_core.checkpoint import load_run
     from alilama_hf.export import export
     from transformers import AutoModelForCausalLM
+
+    from alilama_core.runs.checkpoint import load_run
 
     run = _run(make_run, tmp_path_factory, tokenizer, "kerple-export-test")
     loaded = load_run(run)
@@ -85,8 +86,9 @@ def test_a_learnable_bias_scheme_round_trips(schemes, make_run, tmp_path_factory
 
 
 def test_a_scheme_without_a_standalone_module_is_refused_clearly(schemes, make_run, tmp_path_factory, tokenizer):
-    from alilama_core.errors import AlilamaError
     from alilama_hf.export import export
+
+    from alilama_core.contracts.errors import AlilamaError
 
     run = _run(make_run, tmp_path_factory, tokenizer, "no-export-test")
     with pytest.raises(AlilamaError, match=r"no-export-test.*no standalone module.*export_source\(\)"):

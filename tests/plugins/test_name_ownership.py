@@ -17,11 +17,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
 from alilama_testing import needs_test_plugins
 
 from alilama_core import PositionalScheme, TokenizerError, hookimpl
-from alilama_core.registry import Registry, get_positional, get_registry
+from alilama_core.engine.registry import Registry, get_positional, get_registry
 
 IMPOSTOR = "alilama-impostor"
 
@@ -150,9 +149,9 @@ def test_a_tokenizer_records_the_name_it_was_trained_as(tmp_path):
 
 
 def test_an_empty_recorded_kind_says_so_rather_than_missing(tmp_path):
-    from alilama_core.checkpoint import load_tokenizer
-    from alilama_core.registry import get_tokenizer
-    from alilama_core.tokenizer import KIND_FILE, save_tokenizer
+    from alilama_core.contracts.tokenizer import KIND_FILE
+    from alilama_core.engine.registry import get_tokenizer
+    from alilama_core.runs.tokenizers import load_tokenizer, save_tokenizer
 
     tok = get_tokenizer("bpe").train(["hello hello world"], vocab_size=259)
     folder = save_tokenizer(tok, tmp_path / "tok")

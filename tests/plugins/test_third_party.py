@@ -10,17 +10,16 @@ at longer contexts, generate, and a Hugging Face export.
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
-from alilama_testing import needs_test_plugins, ok
+from alilama_testing import killed_and_resumed, needs_test_plugins, ok
 from alilama_testing import run_cli as cli
 
-from alilama_core.testing import check_attention_backend, check_positional_scheme, check_tokenizer, check_trainer
+from alilama_core.kit.attention import check_attention_backend
+from alilama_core.kit.positional import check_positional_scheme
+from alilama_core.kit.tokenizer import check_tokenizer
+from alilama_core.kit.trainer import check_trainer
 
 HERE = Path(__file__).resolve().parent
 PACKAGES = {
@@ -152,29 +151,14 @@ def test_pipeline_through_the_cli(corpus, prepared):
         "train.sample_every=1000",
         "train.device=cpu",
     ]
-    # Start a run and kill it (SIGKILL) once it has written a checkpoint (many steps before its end), then resume it.
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "from alilama_core.app.cli import main; main()", *args, "--out", str(run)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + 120
-    while not list(run.glob("step-*/model.safetensors")) and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    killed = proc.poll() is None
-    if killed:
-        proc.send_signal(signal.SIGKILL)
-    proc.communicate(timeout=60)
-    assert list(run.glob("step-*")), "the run wrote no checkpoint before it was killed"
-    if killed:
-        assert not (run / "final").exists()
-    ok(cli("train", "--resume", str(run), "--no-progress"))
+    # killed (SIGKILL) once it has written a checkpoint (many steps before its end), then resumed
+    killed_and_resumed(args, run)
     assert (run / "label.txt").read_text().startswith("third-party step 60")
     saved = (run / "config.yaml").read_text()
     assert "kerple-log" in saved and "chunk: 8" in saved and "label: third-party" in saved
 
     # The scheme's parameters trained: r1/r2 moved away from their initial values.
-    from alilama_core.checkpoint import load_run
+    from alilama_core.runs.checkpoint import load_run
 
     loaded = load_run(run)
     assert type(loaded.tokenizer).__name__ == "HFByteBPE"

@@ -20,8 +20,8 @@ import torch
 from alilama_testing import needs_test_plugins, ok
 from alilama_testing import run_cli as cli
 
-from alilama_core.errors import AlilamaWarning, ConfigError, UnsupportedError
-
+from alilama_core.contracts.errors import AlilamaWarning, ConfigError, UnsupportedError
+from alilama_core.engine.validate import check_model
 
 pytestmark = needs_test_plugins("alilama-window")
 
@@ -80,7 +80,7 @@ def window_run(tmp_path_factory) -> tuple[Path, Path]:
 
 
 def _loss(model, tokenizer, val: Path, context: int) -> float:
-    from alilama_core.evaluate import encode_file, evaluate_tokens, token_byte_lengths
+    from alilama_core.runs.evaluate import encode_file, evaluate_tokens, token_byte_lengths
 
     tokens = encode_file(tokenizer, val)[: 4096 + 1]
     return evaluate_tokens(model, tokens, token_byte_lengths(tokenizer), context)[0]
@@ -90,7 +90,7 @@ def _loss(model, tokenizer, val: Path, context: int) -> float:
 
 
 def test_window_conforms_without_an_eager_comparison():
-    from alilama_core.testing import check_attention_backend
+    from alilama_core.kit.attention import check_attention_backend
 
     done = check_attention_backend("window", options={"window": WINDOW})
     assert len(done) == 4 and all("not compared with eager: exact=False" in line for line in done)
@@ -98,8 +98,9 @@ def test_window_conforms_without_an_eager_comparison():
 
 
 def test_the_kit_fails_a_window_that_claims_to_be_exact():
-    from alilama_core.registry import get_attention
-    from alilama_core.testing import check_attention_backend, registered
+    from alilama_core.engine.registry import get_attention
+    from alilama_core.kit.attention import check_attention_backend
+    from alilama_core.kit.common import registered
 
     liar = dataclasses.replace(get_attention("window"), name="window-exact", exact=True)
     with registered("attention", "window-exact", liar):
@@ -108,9 +109,11 @@ def test_the_kit_fails_a_window_that_claims_to_be_exact():
 
 
 def test_the_kit_fails_a_non_exact_backend_that_is_not_causal():
-    from alilama_core.interfaces import AttentionBackend
-    from alilama_core.testing import check_attention_backend, registered
     from alilama_window.backend import window_attention
+
+    from alilama_core.contracts.attention import AttentionBackend
+    from alilama_core.kit.attention import check_attention_backend
+    from alilama_core.kit.common import registered
 
     def peeking(q, k, v, *, positional=None, causal=True, key_padding_mask=None):
         return window_attention(q, k, v, positional=positional, causal=False, key_padding_mask=key_padding_mask)
@@ -122,8 +125,9 @@ def test_the_kit_fails_a_non_exact_backend_that_is_not_causal():
 
 def test_auto_never_routes_to_a_non_exact_backend():
     from alilama_attention.auto import candidates, choose
-    from alilama_core.interfaces import AttentionCase
-    from alilama_core.registry import get_attention
+
+    from alilama_core.contracts.attention import AttentionCase
+    from alilama_core.engine.registry import get_attention
 
     assert get_attention("window").exact is False and get_attention("eager").exact is True
     case = AttentionCase("cpu", torch.float32, 8, "short", "bias", True)
@@ -134,16 +138,16 @@ def test_auto_never_routes_to_a_non_exact_backend():
 
 
 def test_a_bad_window_is_refused_when_the_config_is_checked():
-    from alilama_core.testing import tiny_model_config
+    from alilama_core.kit.common import tiny_model_config
 
     with pytest.raises(ConfigError, match="window must be a positive integer"):
-        tiny_model_config(attention="window", attention_options={"window": 0}).validate()
+        check_model(tiny_model_config(attention="window", attention_options={"window": 0}))
 
 
 def test_the_window_changes_the_attention():
     """What the declaration says: shorter than the input, the window differs from eager; covering it, it agrees."""
-    from alilama_core.model import build_model
-    from alilama_core.testing import tiny_model_config
+    from alilama_core.engine.model import build_model
+    from alilama_core.kit.common import tiny_model_config
 
     torch.manual_seed(0)
     full = build_model(tiny_model_config()).eval()
@@ -159,11 +163,12 @@ def test_the_window_changes_the_attention():
 
 def test_capture_draws_a_window_that_declares_its_probabilities():
     """Without ``probabilities`` a non-exact backend cannot be captured; with them, capture shows the window."""
-    from alilama_core.capture import attention_probabilities, capture
-    from alilama_core.model import build_model
-    from alilama_core.registry import get_attention
-    from alilama_core.testing import registered, tiny_model_config
     from alilama_window.backend import window_probabilities
+
+    from alilama_core.engine.capture import attention_probabilities, capture
+    from alilama_core.engine.model import build_model
+    from alilama_core.engine.registry import get_attention
+    from alilama_core.kit.common import registered, tiny_model_config
 
     drawn = dataclasses.replace(get_attention("window"), name="window-drawn", probabilities=window_probabilities)
     x = torch.randint(0, 61, (1, 12))
@@ -190,7 +195,7 @@ def test_capture_draws_a_window_that_declares_its_probabilities():
 
 
 def test_the_run_records_its_backend(window_run, tmp_path):
-    from alilama_core.checkpoint import load_run
+    from alilama_core.runs.checkpoint import load_run
 
     run, _ = window_run
     record = json.loads((run / "run.json").read_text())
@@ -213,8 +218,8 @@ def test_the_run_records_its_backend(window_run, tmp_path):
 
 
 def test_eval_scores_with_the_window_not_full_attention(window_run):
-    from alilama_core.checkpoint import load_run
-    from alilama_core.evaluate import evaluate_run
+    from alilama_core.runs.checkpoint import load_run
+    from alilama_core.runs.evaluate import evaluate_run
 
     run, val = window_run
     own = load_run(run)
@@ -248,8 +253,8 @@ def test_eval_scores_with_the_window_not_full_attention(window_run):
 
 
 def test_generate_samples_with_the_window(window_run):
-    from alilama_core.checkpoint import load_run
-    from alilama_core.generation import SamplingSettings, generate_text
+    from alilama_core.engine.generation import SamplingSettings, generate_text
+    from alilama_core.runs.checkpoint import load_run
 
     run, _ = window_run
     loaded = load_run(run)
@@ -274,8 +279,8 @@ def test_generate_samples_with_the_window(window_run):
 
 def test_viz_attention_refuses_and_writes_nothing(window_run):
     from alilama_core.app.viz import attention_pictures
-    from alilama_core.capture import capture
-    from alilama_core.checkpoint import load_run
+    from alilama_core.engine.capture import capture
+    from alilama_core.runs.checkpoint import load_run
 
     run, _ = window_run
     out = run.parent / "viz"
@@ -302,7 +307,7 @@ def test_export_hf_refuses_and_writes_nothing(window_run):
 
 def test_a_run_whose_latest_training_is_exact_is_unchanged(window_run, tmp_path):
     """Resumed with an exact backend, the record goes: eval uses ``auto``, viz draws, a window is refused."""
-    from alilama_core.checkpoint import load_run
+    from alilama_core.runs.checkpoint import load_run
 
     run, val = window_run
     copy = tmp_path / "run"

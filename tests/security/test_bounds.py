@@ -1,4 +1,4 @@
-"""Every input has a bound, checked before work starts (``alilama_core.limits``).
+"""Every input has a bound, checked before work starts (``alilama_core.contracts.limits``).
 
 Each crafted input runs in a fresh interpreter, after torch, the CLI and the
 plugins are imported: the call itself must be refused in under a second of CPU
@@ -36,7 +36,7 @@ os.chdir(spec["cwd"])
 import torch  # noqa: F401 - the footprint every command starts from
 from typer.testing import CliRunner
 from alilama_core.app.cli import get_app
-from alilama_core.registry import get_registry
+from alilama_core.engine.registry import get_registry
 
 app = get_app()
 get_registry().tables()  # plugins found before the clock starts
@@ -133,9 +133,9 @@ BOMB = """\
 def save_run(folder: Path, cfg, tokenizer) -> Path:
     """A run folder written by the library's own savers: config.yaml, tokenizer/, final/model.safetensors."""
     from alilama_core import build_model
-    from alilama_core.checkpoint import save_weights
-    from alilama_core.config import save
-    from alilama_core.tokenizer import save_tokenizer
+    from alilama_core.engine.configs import save
+    from alilama_core.runs.checkpoint import save_weights
+    from alilama_core.runs.tokenizers import save_tokenizer
 
     save_weights(build_model(cfg.model), folder / "final")
     save(cfg, folder / "config.yaml")
@@ -147,8 +147,8 @@ def save_run(folder: Path, cfg, tokenizer) -> Path:
 def work(tmp_path_factory) -> Path:
     from alilama_bpe.tokenizer import BPETokenizer
 
-    from alilama_core.config import apply_overrides, preset
-    from alilama_core.tasks import get_task
+    from alilama_core.engine.configs import apply_overrides, preset
+    from alilama_core.runs.tasks import get_task
 
     root = tmp_path_factory.mktemp("bounds")
     words = " ".join(f"{a}{b}{c}" for a in "abcdefg" for b in "hijklmn" for c in "opqrstu")
@@ -213,7 +213,7 @@ def test_yaml_tags_that_run_code_are_refused(tmp_path):
 
 
 def test_aliases_within_the_budget_still_load(tmp_path):
-    from alilama_core import config as cfgmod
+    from alilama_core.engine import configs as cfgmod
 
     (tmp_path / "ok.yaml").write_text("model:\n  positional_options: &o {theta: 500000.0}\n  positional: rope\n")
     (tmp_path / "twice.yaml").write_text("train:\n  sample_prompts: &p [Once, Twice]\nmodel:\n  positional: rope\n")
@@ -319,14 +319,14 @@ def test_a_safetensors_header_is_checked_against_the_file(work, tmp_path, header
         "load_weights(build_model(preset('tiny').model), 'run/final')",
         "CheckpointError",
         phrase,
-        setup="from alilama_core import build_model\nfrom alilama_core.checkpoint import load_weights\n"
-        "from alilama_core.config import preset",
+        setup="from alilama_core import build_model\nfrom alilama_core.runs.checkpoint import load_weights\n"
+        "from alilama_core.engine.configs import preset",
     )
     assert "is corrupt" in message
 
 
 def test_a_sound_safetensors_file_passes_the_header_check(work):
-    from alilama_core.limits import safetensors_problem
+    from alilama_core.contracts.limits import safetensors_problem
 
     assert safetensors_problem(work / "run" / "final" / "model.safetensors") is None
 
@@ -351,7 +351,11 @@ def test_a_run_whose_config_yaml_claims_a_billion_layers_is_refused(work, tmp_pa
     data = yaml.safe_load((run / "config.yaml").read_text())
     data["model"]["n_layers"] = 1_000_000_000
     (run / "config.yaml").write_text(yaml.safe_dump(data))
-    refused_cli(tmp_path, ["generate", "run", "--no-verify", "--prompt", "Once"], "Choose a smaller model")
+    refused_cli(
+        tmp_path,
+        ["generate", "run", "--no-verify", "--prompt", "Once"],
+        "model.n_layers=1,000,000,000 is over its limit",
+    )
 
 
 def test_an_exported_config_json_with_a_billion_layers_is_refused(work, tmp_path):
@@ -373,7 +377,7 @@ def test_an_exported_config_json_with_a_billion_layers_is_refused(work, tmp_path
 def test_the_remote_code_config_repeats_alilamas_limits():
     from alilama_hf.configuration_alilama import DIMENSION_LIMITS
 
-    from alilama_core.limits import DEFAULTS, MODEL_FIELDS
+    from alilama_core.contracts.limits import DEFAULTS, MODEL_FIELDS
 
     assert DIMENSION_LIMITS == {name: DEFAULTS[key] for name, key in MODEL_FIELDS.items()}
 
@@ -395,7 +399,7 @@ def test_deeply_nested_tokenizer_json_is_refused(work, tmp_path, file, run):
 
 
 def test_brackets_inside_strings_do_not_count_as_nesting():
-    from alilama_core.limits import json_depth
+    from alilama_core.contracts.limits import json_depth
 
     assert json_depth('{"a": "[[[[[[", "b": [["\\"]]]]"]]}') == 3
     assert json_depth("[" * 500 + "]" * 500, stop=100) == 101
@@ -405,8 +409,8 @@ def test_brackets_inside_strings_do_not_count_as_nesting():
 
 
 def test_a_limit_is_raised_through_its_environment_variable(monkeypatch):
-    from alilama_core.config import ConfigError
-    from alilama_core.tasks import parse_lengths
+    from alilama_core.contracts.errors import ConfigError
+    from alilama_core.contracts.task import parse_lengths
 
     with pytest.raises(ConfigError, match="ALILAMA_MAX_TASK_LENGTH"):
         parse_lengths("1-10000")
@@ -418,7 +422,7 @@ def test_a_limit_is_raised_through_its_environment_variable(monkeypatch):
 
 
 def test_every_limit_is_documented():
-    from alilama_core.limits import DEFAULTS
+    from alilama_core.contracts.limits import DEFAULTS
 
     doc = (ROOT / "docs" / "what-happens-when.md").read_text(encoding="utf-8")
     section = doc[doc.index("## Limits") :]

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from test_bad_inputs import TINY, base, cli  # noqa: F401  (base: the shared tiny workspace fixture)
 
-from alilama_core.checkpoint import WEIGHTS, checkpoints, load_run
+from alilama_core.runs.checkpoint import WEIGHTS, checkpoints, load_run
 
 PAGE = 4096
 SIZE = 3 << 20
@@ -105,7 +105,7 @@ def test_each_library_s_report_of_a_full_disk_is_recognised(disk):
     import torch
     from safetensors.torch import save_file
 
-    from alilama_core.files import disk_full_reason
+    from alilama_core.contracts.files import disk_full_reason
 
     tensors = {"w": torch.zeros(1 << 20)}  # 4 MB: more than the whole disk
     writes = {

@@ -80,14 +80,14 @@ LOADER = textwrap.dedent(
 def export(tmp_path_factory) -> Path:
     """A remote-code export of a tiny run with the example plugin's ``sinusoidal`` scheme."""
     import torch
-
-    from alilama_core import build_model
-    from alilama_core.checkpoint import save_weights
-    from alilama_core.config import Config, save
+    from alilama_bpe.tokenizer import BPETokenizer
     from alilama_hf.export import export
     from alilama_testing import tiny_config
 
-    from alilama_bpe.tokenizer import BPETokenizer
+    from alilama_core import build_model
+    from alilama_core.contracts.config import Config
+    from alilama_core.engine.configs import save
+    from alilama_core.runs.checkpoint import save_weights
 
     root = tmp_path_factory.mktemp("remote-code")
     tokenizer = BPETokenizer.train([STORY], vocab_size=300, special_tokens=["<|endoftext|>"])

@@ -6,20 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from alilama_core.errors import ConfigError, TokenizerError
-from alilama_core.registry import get_registry
-from alilama_core.tasks import (
-    EOS,
-    IGNORE,
-    SEP,
-    SymbolTokenizer,
-    TaskStream,
-    collate,
-    eval_set,
-    get_task,
-    parse_lengths,
-)
-from alilama_core.testing import check_task
+from alilama_core.contracts.errors import ConfigError, TokenizerError
+from alilama_core.contracts.task import EOS, IGNORE, SEP, SymbolTokenizer, parse_lengths
+from alilama_core.engine.registry import get_registry
+from alilama_core.kit.task import check_task
+from alilama_core.runs.tasks import TaskStream, collate, eval_set, get_task
 
 BUILTIN = ["addition", "copy", "parity", "recall", "reverse", "sort"]
 
@@ -143,13 +134,13 @@ def test_symbol_tokenizer_round_trip(tmp_path):
 
 
 def test_symbol_tokenizer_passes_the_tokenizer_kit():
-    from alilama_core.testing import check_tokenizer
+    from alilama_core.kit.tokenizer import check_tokenizer
 
     assert "save and load" in check_tokenizer("symbols")
 
 
 def test_check_task_catches_a_broken_task():
-    from alilama_core.interfaces import Task
+    from alilama_core.contracts.task import Task
 
     class Wrong(Task):
         name = "wrong"

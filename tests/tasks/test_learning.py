@@ -6,14 +6,14 @@ import json
 
 import pytest
 import torch
+from alilama_testing import losses, run_ddp
 from typer.testing import CliRunner
 
-from alilama_core import config as cfgmod
 from alilama_core.app.cli import get_app
-from alilama_core.checkpoint import load_run
-from alilama_core.registry import get_trainer
-from alilama_core.tasks import evaluate_task, get_task
-from alilama_testing import losses, run_ddp
+from alilama_core.engine import configs as cfgmod
+from alilama_core.engine.registry import get_trainer
+from alilama_core.runs.checkpoint import load_run
+from alilama_core.runs.tasks import evaluate_task, get_task
 
 runner = CliRunner()
 

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import regex
-from types import SimpleNamespace
-
 from alilama_bpe import _backend
 from alilama_bpe.tokenizer import BPETokenizer
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+import alilama_bpe
 import numpy as np
 import pytest
 import typer
 from typer.testing import CliRunner
-
-import alilama_bpe
 
 runner = CliRunner()
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from alilama_core.errors import TokenizerError
 from alilama_bpe.reference import GPT4_SPLIT_PATTERN
+
+from alilama_core.contracts.errors import TokenizerError
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 import random
 
 import pytest
-
 from alilama_bpe import reference
 
 

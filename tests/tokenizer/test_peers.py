@@ -8,7 +8,6 @@ import sys
 
 import pytest
 import regex
-
 from alilama_bpe import _backend, reference
 from alilama_bpe.tokenizer import BPETokenizer
 

@@ -14,7 +14,6 @@ import unicodedata
 
 import pytest
 import regex
-
 from alilama_bpe import reference
 
 

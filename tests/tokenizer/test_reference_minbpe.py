@@ -10,10 +10,9 @@ import doctest
 import warnings
 
 import pytest
+from alilama_bpe import reference
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from alilama_bpe import reference
 
 
 def test_reference_doctests():

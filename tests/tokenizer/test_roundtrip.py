@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from alilama_bpe import reference
 from alilama_bpe.tokenizer import BPETokenizer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 _TRAIN = (
     "The quick brown fox jumps over the lazy dog. It's 2024!! Ünïcödé, 日本語, emoji 😀👍🏽\n"

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from alilama_core.app.prepare import prepare
-from alilama_core.registry import get_tokenizer
+from alilama_core.engine.registry import get_tokenizer
 
 
 @pytest.fixture(scope="session")

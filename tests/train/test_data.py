@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from alilama_core.checkpoint import load_tokenizer
 from alilama_core.app.prepare import prepare, read_text_documents, read_text_pieces
-from alilama_core.data import DataError, TokenData
-from alilama_core.errors import AlilamaError
+from alilama_core.contracts.errors import AlilamaError, DataError
+from alilama_core.runs.data import TokenData
+from alilama_core.runs.tokenizers import load_tokenizer
 
 
 def _decode_docs(data_dir, split):
@@ -94,7 +94,7 @@ def test_tokenizer_mismatch_is_detected(data_dir, tmp_path):
 
     copy = tmp_path / "data"
     shutil.copytree(data_dir, copy)
-    from alilama_core.registry import get_tokenizer
+    from alilama_core.engine.registry import get_tokenizer
 
     other = get_tokenizer("bpe").train(
         ["a different corpus, a different tokenizer"] * 5, 270, special_tokens=["<|endoftext|>"]

@@ -11,14 +11,12 @@ import time
 
 import pytest
 import torch
-
-from alilama_core import config as cfgmod
-from alilama_core.checkpoint import checkpoints, load_run
-from alilama_core.data import DataError
-from alilama_core.errors import AlilamaError
+from alilama_testing import losses, run_cli, run_ddp
 from alilama_trainers.trainer import DefaultTrainer, lr_at
 
-from alilama_testing import losses, run_cli, run_ddp
+from alilama_core.contracts.errors import AlilamaError, DataError
+from alilama_core.engine import configs as cfgmod
+from alilama_core.runs.checkpoint import checkpoints, load_run
 
 
 def tiny(**train):
@@ -38,6 +36,35 @@ def test_schedule_warms_up_then_decays_to_min_lr():
     cfg = tiny(lr=1.0, min_lr=0.1, warmup_steps=10, max_steps=110).train
     assert lr_at(0, cfg) == pytest.approx(0.1) and lr_at(9, cfg) == pytest.approx(1.0)
     assert lr_at(60, cfg) == pytest.approx(0.55) and lr_at(110, cfg) == pytest.approx(0.1)
+
+
+def test_the_cosine_is_laid_over_the_time_budget():
+    cfg = tiny(lr=1.0, min_lr=0.1, warmup_steps=10, max_steps=1010, max_time=100.0).train
+    assert lr_at(5, cfg, elapsed=99.0) == pytest.approx(0.6)  # warm-up goes by steps
+    assert lr_at(20, cfg, elapsed=50.0) == pytest.approx(0.55)  # half the budget: half the cosine
+    assert lr_at(20, cfg, elapsed=100.0) == pytest.approx(0.1) and lr_at(20, cfg, elapsed=500.0) == pytest.approx(0.1)
+    assert lr_at(510, cfg, elapsed=1.0) == pytest.approx(0.55)  # the steps' progress when it is ahead
+    assert lr_at(20, cfg) == lr_at(20, tiny(lr=1.0, min_lr=0.1, warmup_steps=10, max_steps=1010).train)
+
+
+def test_the_time_budget_ends_a_run_with_a_checkpoint_and_a_last_evaluation(data_dir, tmp_path):
+    cfg = tiny(max_steps=100000, max_time=4.0, warmup_steps=2, eval_every=100000, checkpoint_every=100000, log_every=1)
+    cfg.train.sample_prompts = []
+    messages: list[str] = []
+    run = tmp_path / "run"
+    result = DefaultTrainer(cfg, echo=messages.append, show_progress=False).fit(str(data_dir), str(run))
+    step = result["step"]
+    assert 2 < step < 100000 and result["stopped"] == "time budget" and "val_loss" in result
+    assert messages[-1].startswith(f"stopped by the time budget (train.max_time=4 s) at step {step}")
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["step"] == step and rows[-1]["val_loss"] == result["val_loss"]
+    # the cosine is laid over the time, not the 100,000 steps: the rate fell steadily towards min_lr
+    rates = [r["lr"] for r in rows[2:]]
+    assert all(a >= b for a, b in zip(rates, rates[1:])) and rates[-1] < 0.6 * cfg.train.lr
+    assert [p.name for p in checkpoints(run)] == [f"step-{step:08d}"] and (
+        run / "final" / "model.safetensors"
+    ).is_file()
+    assert json.loads((run / "final" / "state.json").read_text())["time_s"] >= 4.0
 
 
 def test_training_lowers_the_loss_and_writes_the_run_folder(data_dir, tmp_path):

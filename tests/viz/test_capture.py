@@ -7,7 +7,7 @@ import torch
 from alilama_testing import available_backends
 from viz.viz_helpers import VIZ_SCHEMES, scheme_model
 
-from alilama_core.capture import attention_probabilities, capture
+from alilama_core.engine.capture import attention_probabilities, capture
 
 BACKENDS = [b for b in available_backends() if b != "eager"]
 

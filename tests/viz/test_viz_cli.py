@@ -131,8 +131,8 @@ def test_positional_picture_for_every_scheme(positional, tmp_path):
 
 
 def test_positional_terms_follow_each_scheme():
-    from alilama_core import config as cfgmod
     from alilama_core.app.viz_draw import positional_profile
+    from alilama_core.engine import configs as cfgmod
 
     def model(positional):
         return cfgmod.apply_overrides(cfgmod.preset("essay"), [f"model.positional={positional}"]).model
@@ -181,11 +181,12 @@ def test_plot_draws_eval_results(run_factory, tmp_path):
 
 def test_task_run_with_a_symbol_vocabulary(tmp_path):
     """Token labels come from the tokenizer's decode of each id: a task's symbols work as well as BPE."""
-    from alilama_core.checkpoint import save_weights
-    from alilama_core.config import Config, save
-    from alilama_core.tasks import SymbolTokenizer
-
     from viz.viz_helpers import scheme_model
+
+    from alilama_core.contracts.config import Config
+    from alilama_core.contracts.task import SymbolTokenizer
+    from alilama_core.engine.configs import save
+    from alilama_core.runs.checkpoint import save_weights
 
     tokenizer = SymbolTokenizer(["<pad>", "<eos>", "=", *"0123456789"])
     model = scheme_model("alibi", "sdpa", vocab_size=tokenizer.vocab_size)

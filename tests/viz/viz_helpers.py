@@ -38,8 +38,9 @@ def scheme_model(positional: str, attention: str = "eager", **overrides):
 
 def build_run(root: Path, positional: str, tokenizer, attention: str = "sdpa") -> Path:
     """A run folder (config.yaml, tokenizer/, final/model.safetensors) of an untrained tiny model."""
-    from alilama_core.checkpoint import save_weights
-    from alilama_core.config import Config, save
+    from alilama_core.contracts.config import Config
+    from alilama_core.engine.configs import save
+    from alilama_core.runs.checkpoint import save_weights
 
     model = scheme_model(positional, attention, vocab_size=tokenizer.vocab_size)
     run = root / f"run-{positional}"

@@ -3,7 +3,7 @@
 import torch
 
 from alilama_core import ModelConfig, build_model
-from alilama_core.registry import get_positional
+from alilama_core.engine.registry import get_positional
 
 
 def test_registered_through_the_entry_point():
@@ -27,7 +27,7 @@ def test_model_builds_and_runs_past_the_context():
 
 def test_conforms_to_the_plugin_contract():
     """The conformance kit every plugin runs: shapes, cache, backends against eager, save and load, bad input."""
-    from alilama_core.testing import check_positional_scheme
+    from alilama_core.kit import check_positional_scheme
 
     done = check_positional_scheme("sinusoidal")
     assert "cached == uncached" in done and "sdpa == eager" in done

@@ -7,7 +7,7 @@ import math
 import torch
 from torch import Tensor
 
-from alilama_core.interfaces import AttentionBackend
+from alilama_core.contracts.attention import AttentionBackend
 
 
 def chunked_attention(

@@ -7,7 +7,7 @@ import os
 import torch.nn.functional as F
 from alilama_bpe.tokenizer import BPETokenizer
 
-from alilama_core.interfaces import AttentionBackend
+from alilama_core.contracts.attention import AttentionBackend
 
 
 def careless_attention(q, k, v, *, positional=None, causal=True, key_padding_mask=None):

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from alilama_core.errors import ConfigError
-from alilama_core.interfaces import AttentionBackend
+from alilama_core.contracts.attention import AttentionBackend
+from alilama_core.contracts.errors import ConfigError
 
 
 def window_probabilities(

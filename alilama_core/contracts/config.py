@@ -1,0 +1,218 @@
+"""Configs as plain dataclasses: plugin choices are string names, so a config is data.
+
+A config saves to and loads from YAML or JSON, and any field can be overridden
+with ``section.field=value`` (the value is read as YAML, so ``4``, ``0.1``,
+``true`` and ``alibi`` all mean what they look like)::
+
+    >>> cfg = preset("essay")
+    >>> cfg = apply_overrides(cfg, ["model.n_layers=4", "model.positional=rope"])
+    >>> cfg.model.n_layers, cfg.model.positional
+    (4, 'rope')
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from alilama_core.contracts.errors import ConfigError
+from alilama_core.contracts.limits import MODEL_FIELDS, describe, limit
+from alilama_core.contracts.task import parse_lengths
+
+
+@dataclass
+class ModelConfig:
+    """The model's shape and its plugin choices (registry names)."""
+
+    vocab_size: int = 4096
+    d_model: int = 128
+    n_layers: int = 8
+    n_heads: int = 8
+    d_mlp: int = 512
+    context_length: int = 128
+    positional: str = "alibi"
+    attention: str = "auto"
+    """``auto`` chooses per shape class (decode, short, long) among the registered backends by their
+    declared capabilities and priority (``alilama model info`` shows its choices)."""
+    dropout: float = 0.0
+    bias: bool = True
+    """Biases in the linear layers."""
+    norm_bias: bool = True
+    """Biases (shifts) in the LayerNorms; without them and ``bias`` an ALiBi model exports as MPT."""
+    norm_eps: float = 1e-5
+    init_std: float | None = None
+    """``None``: Xavier-uniform for every matrix, as in the essay; a number: normal(0, std)."""
+    positional_options: dict[str, Any] = field(default_factory=dict)
+    """The positional scheme's own settings, e.g. ``{theta: 500000.0}`` for rope (see its ``defaults``)."""
+    attention_options: dict[str, Any] = field(default_factory=dict)
+    """The attention backend's own settings (see its ``defaults``)."""
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def rope_theta(self) -> float:
+        """RoPE's ``theta`` (``positional_options["theta"]``, default 10000); kept for readers of older code."""
+        return float(self.positional_options.get("theta", 10000.0))
+
+    def validate(self) -> "ModelConfig":
+        """Check the values (types, ranges, limits); raise ``ConfigError`` naming the fix.
+
+        What needs the plugins (the positional × attention pair, their options)
+        and the machine (memory) is checked once, when a model is built
+        (``alilama_core.engine.validate.check_model``).
+        """
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_mlp", "context_length"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"model.{name} must be a positive integer, got {value!r}")
+        if self.d_model % self.n_heads:
+            raise ConfigError(f"model.d_model ({self.d_model}) must be divisible by model.n_heads ({self.n_heads})")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout!r}")
+        check_dimensions(self)
+        return self
+
+
+def estimate_parameters(m: ModelConfig) -> int:
+    """An upper estimate of ``m``'s parameter count (a learned position table included), without building it."""
+    d, f = m.d_model, m.d_mlp
+    block = 4 * d * d + 2 * d * f + 4 * d + f + 4 * d  # attention, MLP, their biases, two norms
+    return m.vocab_size * d + m.n_layers * block + m.context_length * d + 2 * d
+
+
+def check_dimensions(m: ModelConfig) -> None:
+    """Refuse model dimensions past their documented limits (``alilama_core.contracts.limits``)."""
+    for name, key in MODEL_FIELDS.items():
+        value = getattr(m, name)
+        if value > limit(key):
+            raise ConfigError(f"model.{name}={value:,} is over its limit: {describe(key)}")
+
+
+@dataclass
+class TrainConfig:
+    """How to train: optimiser, schedule, batches, evaluation and checkpoints."""
+
+    batch_size: int = 32
+    """Global batch: sequences per optimiser step, summed over processes and accumulation."""
+    micro_batch_size: int | None = None
+    """Sequences per forward pass and process (``None``: the whole share); the rest is accumulation."""
+    max_steps: int = 2000
+    max_time: float | None = None
+    """A time budget: stop after this many seconds of training (counted across resumes), with a
+    checkpoint and a last evaluation; the default trainer lays its cosine schedule over it too."""
+    lr: float = 3e-3
+    min_lr: float = 3e-4
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+    """Applied to matrices only (not to biases, norms or embeddings' tied copy twice)."""
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float | None = 1.0
+    seed: int = 1337
+    dtype: str = "float32"
+    """``float32`` or ``bfloat16`` (autocast)."""
+    compile: bool = False
+    device: str = "auto"
+    log_every: int = 10
+    eval_every: int = 200
+    eval_tokens: int = 65536
+    """Val tokens per evaluation (non-overlapping windows); 0 evaluates all of them."""
+    sample_every: int | None = None
+    """Print and log samples every N steps (default: at every evaluation)."""
+    sample_prompts: list[str] = field(default_factory=lambda: ["Once upon a time", "One day, a little"])
+    sample_tokens: int = 48
+    checkpoint_every: int = 500
+    keep_last: int = 2
+    trainer: str = "default"
+    trainer_options: dict[str, Any] = field(default_factory=dict)
+    """The trainer's own settings (see its ``defaults``); unknown keys are an error."""
+
+    def validate(self) -> "TrainConfig":
+        for name in ("batch_size", "max_steps", "log_every", "eval_every", "checkpoint_every", "keep_last"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"train.{name} must be a positive integer, got {value!r}")
+        if self.micro_batch_size is not None and (self.micro_batch_size < 1 or self.batch_size % self.micro_batch_size):
+            raise ConfigError(
+                f"train.micro_batch_size ({self.micro_batch_size}) must divide train.batch_size ({self.batch_size})"
+            )
+        for name in ("lr", "min_lr", "weight_decay", "beta1", "beta2", "grad_clip", "max_time"):
+            value = getattr(self, name)
+            if value is None and name in ("grad_clip", "max_time"):
+                continue
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or value != value
+                or abs(value) == float("inf")
+            ):
+                default = 3600 if name == "max_time" else TrainConfig.__dataclass_fields__[name].default
+                raise ConfigError(
+                    f"train.{name} must be a finite number, got {value!r}; set e.g. train.{name}={default}"
+                    + (" (or null)" if name in ("grad_clip", "max_time") else "")
+                )
+        if self.lr <= 0 or self.min_lr < 0 or self.min_lr > self.lr:
+            raise ConfigError(f"need 0 <= train.min_lr <= train.lr and lr > 0, got lr={self.lr}, min_lr={self.min_lr}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ConfigError(f"train.seed must be an integer >= 0, got {self.seed!r} (e.g. train.seed=1337)")
+        if self.warmup_steps < 0:
+            raise ConfigError(f"train.warmup_steps must be >= 0, got {self.warmup_steps}")
+        if self.dtype not in ("float32", "bfloat16"):
+            raise ConfigError(f"train.dtype must be float32 or bfloat16, got {self.dtype!r}")
+        if self.grad_clip is not None and self.grad_clip <= 0:
+            raise ConfigError(f"train.grad_clip must be positive or null, got {self.grad_clip}")
+        return self
+
+
+@dataclass
+class TaskConfig:
+    """An algorithmic task to train on instead of prepared text (``name`` empty: none)."""
+
+    name: str = ""
+    """A registered task (``alilama tasks list``): copy, reverse, sort, addition, recall, parity, ..."""
+    lengths: str | int = "1-16"
+    """Example lengths to train on, drawn uniformly: ``lo-hi`` or one length."""
+    seed: int = 0
+    """Seed of the fixed validation and test sets (the training stream follows ``train.seed``)."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """The task's own options, e.g. ``{symbols: 20}``; unknown keys are an error."""
+    val_examples: int = 256
+
+    def validate(self) -> "TaskConfig":
+        if self.name:
+            parse_lengths(self.lengths)
+            if not isinstance(self.options, dict):
+                raise ConfigError(f"task.options must be a mapping, e.g. {{symbols: 20}}, got {self.options!r}")
+            if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+                raise ConfigError(f"task.seed must be an integer >= 0, got {self.seed!r} (e.g. task.seed=0)")
+            if isinstance(self.val_examples, bool) or not isinstance(self.val_examples, int) or self.val_examples < 1:
+                raise ConfigError(
+                    f"task.val_examples must be a positive integer (validation examples per evaluation), "
+                    f"got {self.val_examples!r} (e.g. task.val_examples=256)"
+                )
+            if self.val_examples > limit("MAX_TASK_EXAMPLES"):
+                raise ConfigError(
+                    f"task.val_examples={self.val_examples:,} is over its limit: {describe('MAX_TASK_EXAMPLES')}"
+                )
+        return self
+
+
+@dataclass
+class Config:
+    """The root config: the model and how to train it."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+
+    def validate(self) -> "Config":
+        """Check every section's values (the plugins check theirs: ``alilama_core.engine.validate``)."""
+        self.model.validate()
+        self.train.validate()
+        self.task.validate()
+        return self
+
+
+# -- (de)serialisation ---------------------------------------------------------------

@@ -1,0 +1,266 @@
+"""Sampling with a KV cache: greedy, temperature, top-k, top-p, repetition penalty.
+
+Prompts of different lengths are left-padded and masked, so a batch gives the
+same tokens as generating each prompt alone. Generation stops per row at the
+end-of-text token, at a stop string, or after ``max_new_tokens``::
+
+    settings = SamplingSettings(max_new_tokens=50, temperature=0.8, top_k=40, seed=0)
+    ids = generate(model, [tok.encode("Once upon a time")], settings, eot_id=tok.eot_id)
+
+``stream_text`` yields decoded text as it is produced, never a broken character.
+"""
+
+from __future__ import annotations
+
+import codecs
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from alilama_core.contracts.errors import ConfigError
+from alilama_core.engine.model import GPT, KVCache
+
+
+@dataclass
+class SamplingSettings:
+    max_new_tokens: int = 100
+    temperature: float = 1.0
+    """Logits are divided by it; 0 means greedy."""
+    top_k: int | None = None
+    top_p: float | None = None
+    repetition_penalty: float | None = None
+    """CTRL-style: logits of tokens already in the sequence are divided (if > 0) or multiplied by it."""
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    use_cache: bool = True
+
+    def validate(self) -> "SamplingSettings":
+        if self.max_new_tokens < 0:
+            raise ConfigError(f"max_new_tokens must be >= 0, got {self.max_new_tokens}")
+        if self.temperature < 0:
+            raise ConfigError(f"temperature must be >= 0 (0 is greedy), got {self.temperature}")
+        if self.top_k is not None and self.top_k < 1:
+            raise ConfigError(f"top_k must be >= 1, got {self.top_k}")
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.repetition_penalty is not None and self.repetition_penalty <= 0:
+            raise ConfigError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        if any(not isinstance(s, str) or not s for s in self.stop):
+            raise ConfigError("a stop string must not be empty (it would stop before the first token); drop --stop ''")
+        return self
+
+
+def next_token(logits: Tensor, settings: SamplingSettings, history: Tensor | None, generator) -> Tensor:
+    """Pick one token per row from ``(B, V)`` logits."""
+    logits = logits.float()
+    if settings.repetition_penalty and history is not None and history.numel():
+        seen = torch.gather(logits, 1, history)  # (B, S)
+        penalised = torch.where(seen > 0, seen / settings.repetition_penalty, seen * settings.repetition_penalty)
+        logits = logits.scatter(1, history, penalised)
+    if settings.temperature == 0:
+        return logits.argmax(dim=-1)  # (B,)
+    logits = logits / settings.temperature
+    if settings.top_k is not None and settings.top_k < logits.size(-1):
+        kth = torch.topk(logits, settings.top_k, dim=-1).values[:, -1:]  # (B, 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if settings.top_p is not None and settings.top_p < 1:
+        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+        probs = sorted_logits.softmax(dim=-1)
+        drop = probs.cumsum(dim=-1) - probs > settings.top_p  # keep the smallest set reaching top_p
+        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+        logits = torch.full_like(logits, float("-inf")).scatter(1, order, sorted_logits)
+    probs = logits.softmax(dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
+
+
+def _left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device) -> tuple[Tensor, Tensor]:
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long, device=device)
+    mask = torch.zeros((len(prompts), width), dtype=torch.bool, device=device)
+    for row, prompt in enumerate(prompts):
+        if prompt:
+            ids[row, width - len(prompt) :] = torch.as_tensor(list(prompt), dtype=torch.long)
+            mask[row, width - len(prompt) :] = True
+    return ids, mask
+
+
+@torch.no_grad()
+def generate_stream(
+    model: GPT,
+    prompts: Sequence[Sequence[int]],
+    settings: SamplingSettings,
+    eot_id: int | None = None,
+) -> Iterator[Tensor]:
+    """Yield the next token of every row, ``(B,)``, until all rows are finished.
+
+    Rows that have finished keep yielding ``eot_id`` (or their last token);
+    ``generate`` trims them.
+    """
+    settings.validate()
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ConfigError("every prompt needs at least one token (encode an empty prompt as the EOT token)")
+    device = next(model.parameters()).device
+    ids, mask = _left_pad(prompts, eot_id if eot_id is not None else 0, device)
+    padded = not bool(mask.all())
+    generator = torch.Generator(device=device)
+    if settings.seed is not None:
+        generator.manual_seed(settings.seed)
+    else:
+        generator.seed()
+    B, width = ids.shape
+    steps = settings.max_new_tokens
+    room = position_room(model, width)
+    if room is not None:  # a bounded position table (learned): stop at its end
+        if room < 1:
+            raise ConfigError(
+                f"the prompt has {width} tokens but positional scheme {model.config.positional!r} covers "
+                f"{model.positional.max_positions} positions; shorten the prompt"
+            )
+        steps = min(steps, room)
+    total = width + steps
+    # Everything that grows is preallocated: tokens, key mask, cache; each step writes in place.
+    seq = torch.empty(B, total, dtype=torch.long, device=device)
+    seq[:, :width] = ids
+    seq_mask = torch.ones(B, total, dtype=torch.bool, device=device)
+    seq_mask[:, :width] = mask
+    positions = (mask.long().cumsum(dim=1) - 1).clamp(min=0) if padded else None  # (B, W) per-row positions
+    done = torch.zeros(B, dtype=torch.bool, device=device)
+    cache = KVCache(capacity=total) if settings.use_cache else None
+    step_input = ids
+    length = width
+    for _ in range(steps):
+        if cache is None:
+            step_input = seq[:, :length]
+            if padded:
+                positions = (seq_mask[:, :length].long().cumsum(dim=1) - 1).clamp(min=0)
+        logits = model(
+            step_input,
+            cache=cache,
+            key_padding_mask=seq_mask[:, :length] if padded else None,
+            position_ids=positions,
+            logits_to_keep=1,
+        )[:, -1]  # (B, V)
+        history = seq[:, :length] if settings.repetition_penalty else None
+        token = next_token(logits, settings, history, generator)  # (B,)
+        if eot_id is not None:
+            token = torch.where(done, torch.full_like(token, eot_id), token)
+            done |= token == eot_id
+        yield token
+        if eot_id is not None and bool(done.all()):
+            return
+        seq[:, length] = token
+        length += 1
+        step_input = seq[:, length - 1 : length]  # (B, 1)
+        if padded and cache is not None:
+            positions = positions[:, -1:] + 1  # (B, 1) the next position of each row
+
+
+def position_room(model: GPT, prompt_tokens: int) -> int | None:
+    """New tokens that still get a position after a prompt of ``prompt_tokens`` (``None``: no limit).
+
+    A scheme with a bounded table (learned positions) covers ``max_positions``;
+    generation stops at its end rather than failing.
+    """
+    limit = model.positional.max_positions
+    return None if limit is None else limit - prompt_tokens + 1
+
+
+def generate(
+    model: GPT,
+    prompts: Sequence[Sequence[int]],
+    settings: SamplingSettings | None = None,
+    eot_id: int | None = None,
+    decode: Callable[[list[int]], str] | None = None,
+) -> list[list[int]]:
+    """New token ids per prompt, without the prompt, cut at EOT (kept out) or a stop string."""
+    settings = settings or SamplingSettings()
+    rows: list[list[int]] = [[] for _ in prompts]
+    finished = [False] * len(prompts)
+    for tokens in generate_stream(model, prompts, settings, eot_id):
+        for row, token in enumerate(tokens.tolist()):
+            if finished[row]:
+                continue
+            if token == eot_id:
+                finished[row] = True
+                continue
+            rows[row].append(token)
+            if settings.stop and decode is not None and _hit_stop(decode(rows[row]), settings.stop):
+                finished[row] = True
+        if all(finished):
+            break
+    if settings.stop and decode is not None:
+        rows = [_trim_to_stop(row, decode, settings.stop) for row in rows]
+    return rows
+
+
+def _hit_stop(text: str, stops: list[str]) -> bool:
+    return any(s in text for s in stops)
+
+
+def _trim_to_stop(row: list[int], decode: Callable[[list[int]], str], stops: list[str]) -> list[int]:
+    """Shortest prefix of ``row`` whose text contains a stop string (the whole row if none)."""
+    for n in range(1, len(row) + 1):
+        if _hit_stop(decode(row[:n]), stops):
+            return row[:n]
+    return row
+
+
+def decode_stream(tokenizer, ids: Iterator[int]) -> Iterator[str]:
+    """Text pieces for a stream of ids; a character split over tokens waits for its last byte.
+
+    >>> list(decode_stream(tok, iter(tok.encode("héllo"))))   # doctest: +SKIP
+    ['h', 'é', 'llo']
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    for token in ids:
+        piece = decoder.decode(tokenizer.decode_bytes([token]))
+        if piece:
+            yield piece
+    tail = decoder.decode(b"", final=True)
+    if tail:
+        yield tail
+
+
+def stream_text(
+    model: GPT,
+    tokenizer,
+    prompt: str,
+    settings: SamplingSettings | None = None,
+) -> Iterator[str]:
+    """Yield text pieces as tokens are sampled; multi-byte characters are never split.
+
+    Stops at the end-of-text token or when a stop string appears; the text
+    yielded then ends right after the stop string.
+    """
+    settings = settings or SamplingSettings()
+    eot = tokenizer.eot_id
+    prompt_ids = tokenizer.encode(prompt, allowed_special="all") if prompt else []
+    if not prompt_ids:
+        if eot is None:
+            raise ConfigError("an empty prompt needs a tokenizer with an <|endoftext|> token")
+        prompt_ids = [eot]
+
+    def tokens() -> Iterator[int]:
+        for step in generate_stream(model, [prompt_ids], settings, eot):
+            token = int(step[0])
+            if token == eot:
+                return
+            yield token
+
+    text = ""
+    for piece in decode_stream(tokenizer, tokens()):
+        if settings.stop:
+            combined = text + piece
+            ends = [combined.find(s) + len(s) for s in settings.stop if s in combined]
+            if ends:
+                yield combined[len(text) : min(ends)]
+                return
+            text = combined
+        yield piece
+
+
+def generate_text(run, prompt: str, settings: SamplingSettings | None = None) -> str:
+    """The continuation of ``prompt`` by a loaded ``Run`` (``alilama_core.load_run``), as text."""
+    return "".join(stream_text(run.model, run.tokenizer, prompt, settings))

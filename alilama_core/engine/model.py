@@ -1,0 +1,317 @@
+"""The Alilama GPT: a decoder-only transformer assembled from plugins.
+
+Token embedding -> N x [x + Attn(LN(x)), x + MLP(LN(x))] -> LN -> head tied to
+the embedding. Position information comes from a ``PositionalScheme`` plugin
+(ALiBi, RoPE, learned, none), the attention math from an ``AttentionBackend``
+plugin (eager, sdpa, flex, flash). With the ``essay`` preset this is the ~2M
+parameter ALiBi model of "The Transformer as a Differentiable Computer".
+
+References:
+- Vaswani et al., "Attention Is All You Need", 2017 (arXiv:1706.03762)
+- Radford et al., "Language Models are Unsupervised Multitask Learners" (GPT-2), 2019: pre-norm blocks
+- Press et al., "Train Short, Test Long" (ALiBi), 2022 (arXiv:2108.12409)
+- Glorot & Bengio, "Understanding the difficulty of training deep feedforward networks", 2010 (Xavier init)
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from alilama_core.contracts.attention import (
+    AttentionBackend,
+    AttentionBias,
+    AttentionCase,
+    AttentionFn,
+    BiasCache,
+    attention_backend,
+    shape_class,
+)
+from alilama_core.contracts.config import ModelConfig
+from alilama_core.contracts.errors import ConfigError
+from alilama_core.contracts.positional import PositionalScheme
+from alilama_core.engine.registry import get_attention, get_positional
+from alilama_core.engine.validate import check_model
+
+
+class KVCache:
+    """Keys and values of every layer for the tokens seen so far, in preallocated buffers.
+
+    Pass one to ``GPT.forward`` to run a model incrementally: the first call
+    fills it with the prompt, each later call appends its new tokens::
+
+        cache = KVCache()
+        logits = model(prompt, cache=cache)            # (B, T, V)
+        logits = model(next_token[:, None], cache=cache)  # (B, 1, V)
+
+    Each layer's buffer ``(B, H, capacity, D)`` is allocated at ``capacity``
+    positions (when known, e.g. prompt plus new tokens) and grows in whole
+    ``chunk``s (at least doubling), so a decoding step writes in place instead of
+    concatenating; layers see views ``(B, H, S, D)`` of the filled part.
+    """
+
+    def __init__(self, capacity: int = 0, chunk: int = 256) -> None:
+        self.chunk = chunk
+        self.initial = capacity  # first allocation, e.g. prompt + new tokens
+        self._keys: list[Tensor] = []
+        self._values: list[Tensor] = []
+        self._lengths: list[int] = []
+
+    def __len__(self) -> int:
+        """Number of cached positions."""
+        return self._lengths[0] if self._lengths else 0
+
+    @property
+    def keys(self) -> list[Tensor]:
+        """Each layer's cached keys ``(B, H, S, D)`` (views of the buffers)."""
+        return [k[:, :, :n] for k, n in zip(self._keys, self._lengths)]
+
+    @property
+    def values(self) -> list[Tensor]:
+        """Each layer's cached values ``(B, H, S, D)`` (views of the buffers)."""
+        return [v[:, :, :n] for v, n in zip(self._values, self._lengths)]
+
+    def capacity(self, layer: int = 0) -> int:
+        """Positions the layer's buffer holds before it must grow."""
+        return self._keys[layer].size(2) if layer < len(self._keys) else 0
+
+    def _grow(self, layer: int, k: Tensor, needed: int) -> None:
+        size = max(needed, 2 * self.capacity(layer), self.initial)
+        size = -(-size // self.chunk) * self.chunk  # a whole number of chunks
+        B, H, _, D = k.shape
+        keys = k.new_zeros(B, H, size, D)  # zeros: never NaN behind a mask
+        values = k.new_zeros(B, H, size, D)
+        if layer < len(self._keys):
+            n = self._lengths[layer]
+            keys[:, :, :n] = self._keys[layer][:, :, :n]
+            values[:, :, :n] = self._values[layer][:, :, :n]
+            self._keys[layer], self._values[layer] = keys, values
+        else:
+            self._keys.append(keys)
+            self._values.append(values)
+            self._lengths.append(0)
+
+    def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Append this step's ``k``, ``v`` ``(B, H, T, D)`` for ``layer``; return all keys and values so far."""
+        start = self._lengths[layer] if layer < len(self._lengths) else 0
+        stop = start + k.size(2)
+        if stop > self.capacity(layer):
+            self._grow(layer, k, stop)
+        keys, values = self._keys[layer], self._values[layer]
+        keys[:, :, start:stop] = k
+        values[:, :, start:stop] = v
+        self._lengths[layer] = stop
+        return keys[:, :, :stop], values[:, :, :stop]  # (B, H, S, D) views
+
+    def crop(self, length: int) -> None:
+        """Keep only the first ``length`` positions (e.g. to undo a step)."""
+        self._lengths = [min(n, length) for n in self._lengths]
+
+
+class _Attention:
+    """What every layer of one forward pass shares: the attention function and the bias."""
+
+    __slots__ = ("fn", "bias", "shared")
+
+    def __init__(self, fn: AttentionFn, bias: AttentionBias | None, shared: bool) -> None:
+        self.fn, self.bias, self.shared = fn, bias, shared
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: ModelConfig, positional: PositionalScheme, backend: AttentionBackend):
+        super().__init__()
+        self.n_heads = config.n_heads
+        self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=config.bias)
+        self.proj = nn.Linear(config.d_model, config.d_model, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+        # The scheme and backend are shared by all layers; keep them out of this module's parameters.
+        self._shared = [positional, backend]
+
+    def forward(
+        self,
+        x: Tensor,
+        positions: Tensor,
+        cache: KVCache | None = None,
+        layer: int = 0,
+        key_padding_mask: Tensor | None = None,
+        attention: _Attention | None = None,
+    ) -> Tensor:
+        B, T, C = x.shape
+        positional, backend = self._shared
+        q, k, v = self.qkv(x).split(C, dim=2)  # (B, T, C) each
+        q = q.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)  # (B, H, T, D)
+        k = k.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)  # (B, H, T, D)
+        v = v.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)  # (B, H, T, D)
+        if positional.kind == "rotary":
+            q, k = positional.rotate(q, positions), positional.rotate(k, positions)
+        if cache is not None:
+            k, v = cache.update(layer, k, v)  # (B, H, S, D)
+        if attention is None:  # called on its own: resolve for this call
+            attention = _resolve(backend, positional, q, q.size(-1), k.size(2), key_padding_mask, {})
+        scheme = positional if positional.kind == "bias" else None
+        if attention.shared:
+            y = attention.fn(
+                q, k, v, positional=scheme, causal=True, key_padding_mask=key_padding_mask, bias=attention.bias
+            )  # (B, H, T, D)
+        else:
+            y = attention.fn(q, k, v, positional=scheme, causal=True, key_padding_mask=key_padding_mask)
+        y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
+        return self.dropout(self.proj(y))
+
+
+def _resolve(
+    backend: AttentionBackend,
+    positional: PositionalScheme,
+    x: Tensor,
+    head_dim: int,
+    s: int,
+    key_padding_mask: Tensor | None,
+    routes: dict,
+    cache: BiasCache | None = None,
+) -> _Attention:
+    """The function every layer runs for a call on ``x`` ``(B, T, ...)`` over ``s`` keys.
+
+    A router (``auto``) is resolved once per shape class and remembered in ``routes``;
+    ``cache`` keeps biases and masks between passes (the model's ``bias_cache``).
+    """
+    t = x.size(-2)
+    if backend.resolve is not None:
+        device = x.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
+        grad = torch.is_grad_enabled()
+        trainable = grad and positional.kind == "bias" and any(p.requires_grad for p in positional.parameters())
+        key = (device, dtype, shape_class(t, s), key_padding_mask is not None, grad and x.requires_grad, trainable)
+        chosen = routes.get(key)  # a plain tuple: the per-call cost of a resolved router is one lookup
+        if chosen is None:
+            case = AttentionCase(device, dtype, head_dim, key[2], positional.kind, positional.has_slopes, *key[3:])
+            chosen = routes[key] = backend.resolve(case)
+    else:
+        chosen = backend
+    # Built lazily: what a backend asks of it (slopes, bias, masks) is computed once for all layers.
+    bias = AttentionBias(positional, t, s, x.device, key_padding_mask, cache=cache) if chosen.shared_bias else None
+    return _Attention(chosen.fn, bias, chosen.shared_bias)
+
+
+class MLP(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        self.fc = nn.Linear(config.d_model, config.d_mlp, bias=config.bias)
+        self.proj = nn.Linear(config.d_mlp, config.d_model, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.dropout(self.proj(F.gelu(self.fc(x))))  # (B, T, C)
+
+
+class Block(nn.Module):
+    """Pre-norm: each sublayer reads a normalised copy and adds to the un-normalised stream."""
+
+    def __init__(self, config: ModelConfig, positional: PositionalScheme, backend: AttentionBackend):
+        super().__init__()
+        self.ln_attn = nn.LayerNorm(config.d_model, eps=config.norm_eps, bias=config.norm_bias)
+        self.attn = CausalSelfAttention(config, positional, backend)
+        self.ln_mlp = nn.LayerNorm(config.d_model, eps=config.norm_eps, bias=config.norm_bias)
+        self.mlp = MLP(config)
+
+    def forward(self, x, positions, cache=None, layer=0, key_padding_mask=None, attention=None) -> Tensor:
+        x = x + self.attn(self.ln_attn(x), positions, cache, layer, key_padding_mask, attention)  # (B, T, C)
+        x = x + self.mlp(self.ln_mlp(x))  # (B, T, C)
+        return x
+
+
+class GPT(nn.Module):
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        check_model(config)
+        self.config = config
+        self.backend = attention_backend(get_attention(config.attention)).configured(config.attention_options)
+        self.positional: PositionalScheme = get_positional(config.positional)(config)
+        if (reason := self.positional.check_slopes()) is not None:
+            raise ConfigError(
+                f"positional scheme {config.positional!r} declares has_slopes, but {reason}; "
+                "fix slopes() or set has_slopes = False"
+            )
+        self._routes: dict[tuple, AttentionBackend] = {}  # a router's choice per shape class
+        self.bias_cache = BiasCache()  # biases and masks kept between passes, for the scheme's current values
+        self.tok_emb = nn.Embedding(config.vocab_size, config.d_model)
+        self.dropout = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(Block(config, self.positional, self.backend) for _ in range(config.n_layers))
+        self.ln_f = nn.LayerNorm(config.d_model, eps=config.norm_eps, bias=config.norm_bias)
+        self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.head.weight = self.tok_emb.weight  # weight tying
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Xavier-uniform matrices (or normal(0, init_std)), zero biases, unit norms."""
+        for name, p in self.named_parameters():
+            if name.startswith("positional."):
+                continue
+            if p.dim() >= 2:
+                if self.config.init_std is None:
+                    nn.init.xavier_uniform_(p)
+                else:
+                    nn.init.normal_(p, std=self.config.init_std)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+            else:
+                nn.init.ones_(p)
+        self.positional.reset_parameters()
+        self.bias_cache.clear()
+
+    def forward(
+        self,
+        idx: Tensor,
+        cache: KVCache | None = None,
+        key_padding_mask: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        logits_to_keep: int = 0,
+    ) -> Tensor:
+        """Token ids ``(B, T)`` to logits ``(B, T, V)`` (the last ``logits_to_keep`` positions if > 0).
+
+        With ``cache``, ``idx`` holds only the new tokens; their positions follow
+        the cached ones. ``key_padding_mask`` ``(B, S)``, ``True`` for real tokens,
+        covers the cached and the new positions. ``position_ids`` ``(B, T)``
+        gives each row its own positions (left-padded batches); by default they
+        are ``offset .. offset+T-1``. Bias schemes are relative and ignore them.
+        """
+        B, T = idx.shape
+        offset = len(cache) if cache is not None else 0
+        positions = torch.arange(offset, offset + T, device=idx.device)  # (T,)
+        if position_ids is not None:
+            positions = position_ids  # (B, T)
+        limit = self.positional.max_positions
+        if limit is not None and (last := self._last_position(offset, T, position_ids)) > limit:
+            raise ConfigError(
+                f"positional scheme {self.config.positional!r} covers {limit} positions, but "
+                f"{last} were requested ({offset} cached + {T} new). Crop the input or the "
+                f"cache to {limit} tokens, or use a scheme that extrapolates (alibi, rope)."
+            )
+        x = self.tok_emb(idx)  # (B, T, C)
+        if self.positional.kind == "embedding":
+            x = x + self.positional.embed(positions)  # (B, T, C)
+        x = self.dropout(x)
+        head_dim = self.config.d_model // self.config.n_heads
+        attention = _resolve(
+            self.backend, self.positional, x, head_dim, offset + T, key_padding_mask, self._routes, self.bias_cache
+        )
+        for i, block in enumerate(self.blocks):
+            x = block(x, positions, cache, i, key_padding_mask, attention)  # (B, T, C)
+        if logits_to_keep:
+            x = x[:, -logits_to_keep:]  # sampling needs only the last positions
+        return self.head(self.ln_f(x))  # (B, T, V)
+
+    @staticmethod
+    def _last_position(offset: int, t: int, position_ids: Tensor | None) -> int:
+        return offset + t if position_ids is None else int(position_ids.max()) + 1
+
+    def num_parameters(self, exclude_embeddings: bool = False) -> int:
+        n = sum(p.numel() for p in self.parameters())  # tied weights are counted once
+        return n - self.tok_emb.weight.numel() if exclude_embeddings else n
+
+
+def build_model(config: ModelConfig) -> GPT:
+    """Assemble the model from ``config``'s plugins (validated first)."""
+    if not isinstance(config, ModelConfig):
+        raise TypeError(f"build_model expects a ModelConfig, got {type(config).__name__}")
+    return GPT(config)

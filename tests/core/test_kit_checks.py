@@ -1,0 +1,75 @@
+"""The kit in scikit-learn's ``parametrize_with_checks`` shape: one test case per named check,
+declared skips with their reason, known gaps as strict expected failures."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from alilama_core.contracts.positional import PositionalScheme
+from alilama_core.kit import (
+    Check,
+    attention_checks,
+    check_positional_scheme,
+    parametrize_with_checks,
+    positional_checks,
+    run_checks,
+    task_checks,
+    tokenizer_checks,
+)
+
+
+class NoOffset(PositionalScheme):
+    """A bias that forgets where the queries are (as if no KV cache came before them):
+    its ``shapes`` and ``cached == uncached`` checks fail, the others pass."""
+
+    kind = "bias"
+
+    def bias(self, q_pos, k_pos):
+        q = torch.arange(len(q_pos))  # should be q_pos
+        return -0.5 * (q[:, None] - k_pos[None, :]).abs().float().expand(self.n_heads, -1, -1)
+
+
+GAPS = {"shapes": "the bias ignores the cache offset", "cached == uncached": "the bias ignores the cache offset"}
+
+
+@parametrize_with_checks(
+    positional_checks("alibi", backends=["sdpa"]),
+    attention_checks("sdpa", schemes=("rope",)),
+    tokenizer_checks("bpe"),
+    task_checks("reverse", lengths=(1, 3)),
+    positional_checks(NoOffset, backends=[], known_gaps=GAPS),
+)
+def test_every_check_is_a_case(check):
+    check()
+
+
+def test_the_plan_names_each_check_once_and_says_why_one_is_skipped():
+    checks = positional_checks("alibi")
+    assert [c.name for c in checks][:4] == [
+        "kind",
+        "shapes",
+        "cached == uncached",
+        "gradients reach parameters; bias follows them",
+    ]
+    assert len({c.id for c in checks}) == len(checks)
+    grads = next(c for c in checks if c.name.startswith("gradients"))
+    assert grads.skip == "the scheme has no parameter that trains"  # alibi's slopes are fixed
+    assert all(isinstance(c, Check) and c.id.startswith("positional:alibi:") for c in checks)
+    hf = next(c for c in tokenizer_checks("symbols") if c.name == "save_hf")
+    assert hf.skip == "it does not declare hf_export"
+
+
+def test_a_known_gap_must_fail_and_a_closed_gap_is_an_error():
+    done = check_positional_scheme(NoOffset, backends=[], known_gaps=GAPS)
+    assert "shapes (known gap: the bias ignores the cache offset)" in done and "save and load" in done
+    with pytest.raises(AssertionError, match="cache offset"):
+        check_positional_scheme(NoOffset, backends=[])  # undeclared, the gap fails the check
+    with pytest.raises(AssertionError, match="declared as a known gap .* but it passes"):
+        run_checks(positional_checks("nope", backends=[]), known_gaps={"shapes": "no such gap"})
+
+
+def test_a_failing_check_says_what_failed_on_its_own():
+    cached = next(c for c in positional_checks(NoOffset, backends=[]) if c.name == "cached == uncached")
+    with pytest.raises(AssertionError, match="cached and uncached logits differ"):
+        cached()
