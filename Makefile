@@ -1,6 +1,8 @@
 # Every target creates .venv on first use: torch first (a plain `torch` requirement
-# could pull a multi-GB CUDA build), then Alilama in editable mode, the example
-# plugin, and the test-only plugins. The torch build is chosen by two variables:
+# could pull a multi-GB CUDA build), then Alilama in editable mode and the example
+# plugin. The test-only plugins (tests/plugins/alilama-*) are never installed into
+# .venv: `make test` builds them into build/test-plugins, which only the test
+# suite puts on its path. The torch build is chosen by two variables:
 #
 #   make install                                       torch==2.13.0 as pip resolves it here (the CPU build)
 #   make install TORCH_PIP_ARGS="--index-url URL"      a CUDA build from PyTorch's wheel index for your CUDA
@@ -12,6 +14,8 @@ TORCH_VERSION ?= 2.13.0
 TORCH_PIP_ARGS ?=
 EXAMPLE_PLUGIN := docs/plugins/alilama-sinusoidal
 TEST_PLUGINS   := $(wildcard tests/plugins/alilama-*)
+TEST_PLUGIN_DIR := build/test-plugins
+TEST_STAMP     := $(TEST_PLUGIN_DIR)/.installed
 PYTEST_ARGS ?=
 # Test files spread over this many processes (pytest-xdist; each file stays in one process). 1: serial.
 TEST_WORKERS ?= 2
@@ -19,22 +23,29 @@ QUICKSTART_ARGS ?=
 
 .PHONY: install quickstart test lint format bench docs docs-serve fuzz native-tests ci clean essay-config figures
 
-$(STAMP): pyproject.toml CMakeLists.txt $(wildcard native/*.cpp native/*.hpp native/*.py) $(EXAMPLE_PLUGIN)/pyproject.toml \
-		$(addsuffix /pyproject.toml,$(TEST_PLUGINS))
+$(STAMP): pyproject.toml CMakeLists.txt $(wildcard native/*.cpp native/*.hpp native/*.py) $(EXAMPLE_PLUGIN)/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==$(TORCH_VERSION) $(TORCH_PIP_ARGS)
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	$(BIN)/python -m pip install -q -e $(EXAMPLE_PLUGIN)
-	for p in $(TEST_PLUGINS); do $(BIN)/python -m pip install -q --no-deps -e $$p || exit 1; done
+	@# test-only plugins that older versions of this Makefile installed into .venv
+	-$(BIN)/python -m pip uninstall -q -y $(notdir $(TEST_PLUGINS)) 2>/dev/null
 	@touch $(STAMP)
+
+# The test-only plugins, for the test suite alone (conftest.py puts the folder on sys.path
+# and on the PYTHONPATH of the processes the tests start).
+$(TEST_STAMP): $(STAMP) $(foreach p,$(TEST_PLUGINS),$(shell find $(p) -name '*.py' -o -name pyproject.toml | grep -v egg-info))
+	rm -rf $(TEST_PLUGIN_DIR)
+	$(BIN)/python -m pip install -q --no-deps --no-build-isolation --target $(TEST_PLUGIN_DIR) $(TEST_PLUGINS)
+	@touch $(TEST_STAMP)
 
 install: $(STAMP)
 
 quickstart: $(STAMP)
 	$(BIN)/alilama quickstart $(QUICKSTART_ARGS)
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -q --benchmark-disable $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 
 lint: $(STAMP)
@@ -49,7 +60,7 @@ format: $(STAMP)
 essay-config: $(STAMP)
 	$(BIN)/python -c "from alilama_core.config import write_preset; write_preset('essay', 'configs/essay.yaml')"
 
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	ALILAMA_BENCH_FULL=1 $(BIN)/python -m pytest benchmarks --benchmark-only \
 		--benchmark-columns=median,iqr,rounds --benchmark-sort=name $(PYTEST_ARGS)
 

@@ -36,7 +36,7 @@ def test_training_step(benchmark, positional, attention):
 def training_step(positional: str, attention: str):
     """One warmed-up training step of the essay model with ``positional`` and ``attention``."""
     if positional not in get_registry().names("positional"):
-        pytest.skip("the kerple-log test plugin is not installed (make install)")
+        pytest.skip("the kerple-log test plugin is not installed (make bench builds it into build/test-plugins)")
     cfg = cfgmod.preset("essay").model
     cfg.positional, cfg.attention = positional, attention
     torch.manual_seed(0)

@@ -54,8 +54,8 @@ def needs_test_plugins(*distributions: str) -> pytest.MarkDecorator:
             missing.append(dist)
     return pytest.mark.skipif(
         bool(missing) or os.environ.get("ALILAMA_PLUGINS") is not None,
-        reason=f"test plugins not installed ({', '.join(missing) or 'none missing'}; make install does: "
-        "pip install -e tests/plugins/alilama-*), or ALILAMA_PLUGINS limits which plugins load",
+        reason=f"test plugins not installed ({', '.join(missing) or 'none missing'}; make test builds them into "
+        "build/test-plugins, which conftest.py puts on the path), or ALILAMA_PLUGINS limits which plugins load",
     )
 
 

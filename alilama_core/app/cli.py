@@ -17,10 +17,12 @@ from alilama_core.app import commands, tokenizer, viz
 from alilama_core.app.common import (
     ConfigOpt,
     ForceAttentionOpt,
+    ConfigHelpCommand,
     JsonOpt,
     OverridesArg,
     PresetOpt,
     _Group,
+    add_config_help,
     console,
     err_console,
     loud_warnings,
@@ -39,6 +41,7 @@ app = typer.Typer(
 model_app = typer.Typer(help="Inspect model configurations.", no_args_is_help=True)
 app.add_typer(model_app, name="model")
 commands.register(app)  # data, train, eval, plot, quickstart
+add_config_help(app, "train")  # `alilama train --help` lists every config field with its default
 tokenizer.register(app)  # tokenizer train, encode, decode, info
 viz.register(app)  # viz attention, viz positional
 from alilama_core.app.tasks import tasks_app  # noqa: E402
@@ -124,7 +127,7 @@ def _print_plugins(rows: list[dict], failures: list[dict]) -> None:
         )
 
 
-@model_app.command("info", context_settings={"ignore_unknown_options": True})
+@model_app.command("info", cls=ConfigHelpCommand, context_settings={"ignore_unknown_options": True})
 def model_info(
     config: ConfigOpt = None,
     preset: PresetOpt = None,
@@ -160,7 +163,7 @@ def model_info(
             highlight=False,
             markup=False,
         )
-    console.print(f"bias memory: {report['bias_memory']}", highlight=False, markup=False)
+    console.print(f"bias memory: {report['bias_memory']}", highlight=False, markup=False, soft_wrap=True)
 
 
 @app.command("generate")
@@ -168,12 +171,20 @@ def generate_cmd(
     run: Annotated[str, typer.Argument(help="Run folder (uses RUN/final, else the latest checkpoint).")],
     prompt: Annotated[Optional[str], typer.Option("--prompt", help="Prompt text; '-' reads stdin.")] = None,
     prompt_file: Annotated[Optional[str], typer.Option("--prompt-file", help="Read the prompt from a file.")] = None,
-    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", "-n")] = 200,
+    max_new_tokens: Annotated[
+        int, typer.Option("--max-new-tokens", "-n", help="Tokens to generate after the prompt.")
+    ] = 200,
     temperature: Annotated[float, typer.Option("--temperature", "-t", help="Divides the logits; 0 is greedy.")] = 0.8,
-    top_k: Annotated[Optional[int], typer.Option("--top-k")] = None,
-    top_p: Annotated[Optional[float], typer.Option("--top-p")] = None,
-    repetition_penalty: Annotated[Optional[float], typer.Option("--repetition-penalty")] = None,
-    seed: Annotated[Optional[int], typer.Option("--seed")] = None,
+    top_k: Annotated[Optional[int], typer.Option("--top-k", help="Sample only among the k likeliest tokens.")] = None,
+    top_p: Annotated[
+        Optional[float],
+        typer.Option("--top-p", help="Sample only among the likeliest tokens whose probabilities sum to p (nucleus)."),
+    ] = None,
+    repetition_penalty: Annotated[
+        Optional[float],
+        typer.Option("--repetition-penalty", help="Penalise tokens already in the text (above 1 repeats less)."),
+    ] = None,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="Random seed, for the same text on every run.")] = None,
     stop: Annotated[Optional[list[str]], typer.Option("--stop", help="Stop after this text (repeatable).")] = None,
     checkpoint: Annotated[
         Optional[str], typer.Option("--checkpoint", help="Checkpoint folder name, e.g. step-00001000.")
@@ -184,12 +195,27 @@ def generate_cmd(
         typer.Option("--attention", help="Backend to sample with (default: the run's own)."),
     ] = None,
     force_attention: ForceAttentionOpt = False,
+    num_samples: Annotated[
+        int,
+        typer.Option(
+            "--num-samples",
+            help="Continuations of the prompt, one after another (sample i uses seed + i - 1 when --seed is given).",
+        ),
+    ] = 1,
+    device: commands.DeviceOpt = "auto",
+    threads: commands.ThreadsOpt = None,
 ) -> None:
     """Stream a continuation of a prompt from a trained run."""
     import sys
+    from dataclasses import replace
 
     from alilama_core.engine.generation import SamplingSettings, stream_text
     from alilama_core.runs.checkpoint import load_run
+
+    if num_samples < 1:
+        raise AlilamaError(f"--num-samples must be at least 1, got {num_samples}")
+    n_threads = commands.set_threads(threads)
+    where = commands.choose_device(device)
 
     if prompt is not None and prompt_file is not None:
         raise AlilamaError("give either --prompt or --prompt-file, not both")
@@ -210,8 +236,19 @@ def generate_cmd(
     ).validate()
     with loud_warnings():
         loaded = load_run(
-            run, checkpoint=checkpoint, verify=not no_verify, attention=attention, force_attention=force_attention
+            run,
+            checkpoint=checkpoint,
+            map_location=where,
+            verify=not no_verify,
+            attention=attention,
+            force_attention=force_attention,
         )
+    err_console.print(
+        commands.describe_loaded(loaded, where, n_threads, ("short", "decode")),
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
     from alilama_core.engine.generation import position_room
 
     room = position_room(loaded.model, len(loaded.tokenizer.encode(text, allowed_special="all")) or 1)
@@ -221,11 +258,34 @@ def generate_cmd(
             f"generation stops there",
             highlight=False,
         )
-    sys.stdout.write(text)
-    for piece in stream_text(loaded.model, loaded.tokenizer, text, settings):
-        sys.stdout.write(piece)
+    plain = not err_console.is_terminal
+    for i in range(num_samples):
+        if num_samples > 1:
+            if plain:
+                err_console.print(f"sample {i + 1}/{num_samples}", highlight=False, markup=False, soft_wrap=True)
+            sys.stdout.write(f"--- sample {i + 1} ---\n")
+        sample = replace(settings, seed=None if seed is None else seed + i)
+        sys.stdout.write(text)
+        generated = False
+        for piece in stream_text(loaded.model, loaded.tokenizer, text, sample):
+            generated = generated or bool(piece)
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+        sys.stdout.write("\n")
         sys.stdout.flush()
-    sys.stdout.write("\n")
+        if not generated:
+            err_console.print(
+                f"note: {_why_nothing(max_new_tokens, room)}", highlight=False, markup=False, soft_wrap=True
+            )
+
+
+def _why_nothing(max_new_tokens: int, room: int | None) -> str:
+    """Why a continuation came out empty, in words."""
+    if max_new_tokens == 0:
+        return "--max-new-tokens 0 asked for no new tokens; nothing was generated"
+    if room is not None and room <= 0:
+        return "the prompt fills every position the model has; nothing was generated"
+    return "the model ended the text at once (end-of-text); nothing was generated"
 
 
 def _read_text(path: str) -> str:

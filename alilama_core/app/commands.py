@@ -35,7 +35,9 @@ def data_prepare(
     field: Annotated[str, typer.Option("--field", help="JSONL / dataset field holding the text.")] = "text",
     separator: Annotated[str, typer.Option("--separator", help="Line that separates documents.")] = "<|endoftext|>",
     errors: Annotated[str, typer.Option("--errors", help="strict, or replace invalid UTF-8 with U+FFFD.")] = "strict",
-    threads: Annotated[Optional[int], typer.Option("--threads")] = None,
+    threads: Annotated[
+        Optional[int], typer.Option("--threads", help="Encoding threads (default: one per CPU this process may use).")
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the train/val assignment.")] = 0,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output folder.")] = False,
 ) -> None:
@@ -85,7 +87,9 @@ def data_prepare(
 def data_download(
     name: Annotated[str, typer.Argument(help="Dataset: tinystories.")],
     split: Annotated[str, typer.Option("--split", help="train, valid, or all.")] = "all",
-    revision: Annotated[Optional[str], typer.Option("--revision")] = None,
+    revision: Annotated[
+        Optional[str], typer.Option("--revision", help="The dataset revision (a commit or tag) to fetch.")
+    ] = None,
 ) -> None:
     """Fetch a dataset's files from the Hugging Face Hub into its local cache; print their paths."""
     for path in download(name, split, revision):
@@ -108,14 +112,25 @@ def train_cmd(
     resume: Annotated[Optional[str], typer.Option("--resume", help="Run folder to continue.")] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing run in --out.")] = False,
     stop_at: Annotated[Optional[int], typer.Option("--stop-at", help="Checkpoint and stop after this step.")] = None,
-    progress: Annotated[bool, typer.Option("--progress/--no-progress")] = True,
+    progress: Annotated[
+        bool, typer.Option("--progress/--no-progress", help="A progress bar in a terminal; plain lines without.")
+    ] = True,
     task: Annotated[
         Optional[str],
         typer.Option("--task", help="Train on a generated task (`alilama tasks list`) instead of --data."),
     ] = None,
+    threads: Annotated[
+        Optional[int],
+        typer.Option("--threads", help="CPU threads per process (train.threads; default: one per physical core)."),
+    ] = None,
 ) -> None:
     """Train a model (one process, or DDP under torchrun) into a run folder."""
+    import os
+
     from alilama_core.engine.registry import get_trainer
+
+    if threads is not None:
+        overrides = [*(overrides or []), f"train.threads={threads}"]
 
     given_data = data
     if resume:
@@ -155,16 +170,90 @@ def train_cmd(
             console.print(f"model.vocab_size set to the tokenizer's {vocab}", highlight=False)
             cfg.model.vocab_size = vocab
     warn_replacements()  # a built-in taken over by a plugin is said before training starts
-    trainer = get_trainer(cfg.train.trainer)(cfg, echo=console.print, show_progress=progress)
+
+    def echo(text="", **kw) -> None:  # whole lines, never wrapped at the console's width (logs, pipes)
+        console.print(text, soft_wrap=True, highlight=False, **kw)
+
+    trainer = get_trainer(cfg.train.trainer)(cfg, echo=echo, show_progress=progress)
     result = trainer.fit(data, str(run), resume=bool(resume), overwrite=overwrite, stop_at=stop_at)
     if result.get("interrupted"):
         raise typer.Exit(130)
-    if result.get("finished"):
+    if result.get("finished") or int(os.environ.get("RANK", "0")) != 0:  # under torchrun: rank 0 reports
         return
     summary = f"done: step {result['step']}"
     if result.get("val_bpb") is not None:
         summary += f", val loss {result['val_loss']:.4f}, val bpb {result['val_bpb']:.4f}"
     console.print(f"{summary}; run folder {run}", highlight=False)
+
+
+DeviceOpt = Annotated[
+    str,
+    typer.Option("--device", help="Where the model runs: cpu, cuda, or auto (cuda when a GPU is available, else cpu)."),
+]
+ThreadsOpt = Annotated[
+    Optional[int],
+    typer.Option("--threads", help="CPU threads for torch (default: the physical cores this process may use)."),
+]
+
+
+def choose_device(device: str) -> str:
+    """``cpu`` or ``cuda`` for ``--device`` (``auto``: cuda when available); cuda without a GPU is refused."""
+    import torch
+
+    wanted = (device or "").strip().lower()
+    if wanted not in ("auto", "cpu", "cuda"):
+        raise AlilamaError(f"--device must be cpu, cuda or auto, got {device!r}")
+    if wanted == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if wanted == "cuda" and not torch.cuda.is_available():
+        raise AlilamaError(
+            "--device cuda: no CUDA GPU is available here (torch.cuda.is_available() is False); "
+            "use --device cpu, or --device auto to take a GPU only when there is one"
+        )
+    return wanted
+
+
+def set_threads(threads: int | None) -> int:
+    """Apply ``--threads`` (``None``: the default of ``alilama_core.engine.threads``); the number set."""
+    from alilama_core.engine.threads import apply_threads
+
+    if threads is not None and threads < 1:
+        raise AlilamaError(
+            f"--threads must be a positive integer, got {threads} (leave it out for the default: "
+            "the physical cores this process may use)"
+        )
+    return apply_threads(threads)
+
+
+def backend_description(model_config, device: str, shapes: tuple[str, ...]) -> str:
+    """The attention backend a model runs with; for a router (``auto``), what it chooses on ``device``."""
+    from alilama_core.contracts.attention import attention_backend
+    from alilama_core.engine.registry import get_registry
+
+    name = model_config.attention
+    try:
+        backend = attention_backend(get_registry().get("attention", name))
+    except Exception:  # the report never fails the command
+        return name
+    if backend.resolve is None:
+        return name
+    from alilama_core.app.info import resolved_backend
+
+    parts = []
+    for shape in shapes:
+        try:
+            parts.append(f"{shape}: {resolved_backend(model_config, device, shape).name}")
+        except Exception as exc:  # no eligible backend: say why
+            parts.append(f"{shape}: none ({exc})")
+    return f"{name} (chooses on {device}: {', '.join(parts)})"
+
+
+def describe_loaded(loaded, device: str, threads: int, shapes: tuple[str, ...]) -> str:
+    """``loaded RUN checkpoint final on cpu (2 threads); attention: ...``: what a command runs with."""
+    return (
+        f"loaded {loaded.path} checkpoint {loaded.checkpoint.name} on {device} ({threads} "
+        f"thread{'s' if threads != 1 else ''}); attention: {backend_description(loaded.config.model, device, shapes)}"
+    )
 
 
 def eval_cmd(
@@ -191,14 +280,27 @@ def eval_cmd(
     ] = None,
     examples: Annotated[int, typer.Option("--examples", help="Task run: test examples per length.")] = 256,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Task run: test-set seed (default task.seed).")] = None,
+    device: DeviceOpt = "auto",
+    threads: ThreadsOpt = None,
+    progress: Annotated[
+        bool,
+        typer.Option(
+            "--progress/--no-progress",
+            help="A progress bar in a terminal (--no-progress, or outside a terminal: one line per file and length).",
+        ),
+    ] = True,
 ) -> None:
     """Loss and bits per byte on raw text at the trained context and longer ones; for a task run,
     exact match and per-token accuracy at each length."""
     if seed is not None and seed < 0:
         raise AlilamaError(f"--seed must be an integer >= 0, got {seed}")
+    n_threads = set_threads(threads)
+    where = choose_device(device)
     if task is not None or lengths is not None or not data:  # a run trained on an algorithmic task
         from alilama_core.app.tasks import task_eval
 
+        if device.strip().lower() == "cuda":
+            raise AlilamaError("--device cuda is not supported for task runs yet; they are scored on cpu")
         return task_eval(run, task, lengths, examples, seed, attention, as_json, force_attention, not no_verify)
     from dataclasses import asdict
 
@@ -216,16 +318,60 @@ def eval_cmd(
     for file in data:
         if not Path(file).is_file():
             raise AlilamaError(f"eval file {file!r} does not exist")
-    with loud_warnings():
-        rows = evaluate_run(
-            run,
-            data,
-            lengths,
-            attention=attention,
-            max_tokens=max_tokens or None,
-            verify=not no_verify,
-            force_attention=force_attention,
-        )
+    from contextlib import ExitStack
+
+    from alilama_core.app.common import err_console
+
+    bar = None
+    with ExitStack() as stack:
+        if progress and err_console.is_terminal:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            bar = stack.enter_context(
+                Progress(
+                    TextColumn("{task.description}"),
+                    BarColumn(),
+                    MofNCompleteColumn(),
+                    TimeElapsedColumn(),
+                    console=err_console,
+                    transient=True,
+                )
+            )
+        bar_task = None
+
+        def on_loaded(loaded, eval_lengths) -> None:
+            nonlocal bar_task
+            shapes = ("short", "long") if max(eval_lengths) >= 1024 else ("short",)
+            err_console.print(
+                describe_loaded(loaded, where, n_threads, shapes), highlight=False, markup=False, soft_wrap=True
+            )
+            if bar is not None:
+                bar_task = bar.add_task("eval", total=len(data) * len(eval_lengths))
+
+        def on_step(done: int, total: int, file: str, length: int) -> None:
+            if bar is not None:
+                bar.update(bar_task, completed=done, description=f"eval {Path(file).name} at context {length}")
+            else:
+                err_console.print(
+                    f"eval {done + 1}/{total}: {Path(file).name} at context {length:,}",
+                    highlight=False,
+                    markup=False,
+                    soft_wrap=True,
+                )
+
+        with loud_warnings():
+            rows = evaluate_run(
+                run,
+                data,
+                lengths,
+                attention=attention,
+                max_tokens=max_tokens or None,
+                verify=not no_verify,
+                force_attention=force_attention,
+                device=where,
+                on_loaded=on_loaded,
+                on_step=on_step,
+            )
     if as_json:
         print(json.dumps([asdict(r) for r in rows], indent=2))
         return
@@ -287,13 +433,26 @@ def quickstart_cmd(
     ] = None,
     minutes: Annotated[float, typer.Option("--minutes", help="Training time budget.")] = 3.5,
     stories: Annotated[int, typer.Option("--stories", help="Built-in stories to generate.")] = 20000,
-    overwrite: Annotated[bool, typer.Option("--overwrite/--no-overwrite")] = True,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite/--no-overwrite", help="Replace the quickstart folder an earlier run wrote.")
+    ] = True,
+    threads: Annotated[
+        Optional[int],
+        typer.Option("--threads", help="CPU threads for encoding and training (default: one per physical core)."),
+    ] = None,
 ) -> None:
     """Train a tokenizer and a small ALiBi model, offline, then generate text."""
     from alilama_core.app.quickstart import run_quickstart
 
     run_quickstart(
-        out, data=data, steps=steps, minutes=minutes, stories=stories, overwrite=overwrite, echo=console.print
+        out,
+        data=data,
+        steps=steps,
+        minutes=minutes,
+        stories=stories,
+        overwrite=overwrite,
+        echo=console.print,
+        threads=threads,
     )
 
 

@@ -9,7 +9,7 @@ import click
 import typer
 from rich.console import Console
 from rich.markup import escape
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from alilama_core.contracts.errors import AlilamaError
 
@@ -117,3 +117,114 @@ def warn_replacements() -> list[str]:
     for note in notes:
         err_console.print(f"[bold yellow]warning:[/] {escape(note)}", highlight=False, soft_wrap=True)
     return notes
+
+
+# -- help that teaches: every config field with its default, generated from the dataclasses ----------
+
+
+def _yaml_value(value) -> str:
+    """A default as an override would spell it (``section.field=VALUE`` is read as YAML)."""
+    import json
+
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value if value else '""'
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return json.dumps(value)
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The one-line docs of a dataclass's fields: the string literal right after each field in the class body."""
+    import ast
+    import inspect
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError, SyntaxError):  # no source (a frozen app): names and defaults only
+        return {}
+    docs: dict[str, str] = {}
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+    for stmt, after in zip(body, body[1:]):
+        if (
+            isinstance(stmt, ast.AnnAssign)
+            and isinstance(stmt.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
+            text = inspect.cleandoc(after.value.value)
+            first = text.split("\n\n")[0]  # the first paragraph, on one line
+            docs[stmt.target.id] = " ".join(first.replace("``", "").split())
+    return docs
+
+
+def config_fields() -> list[tuple[str, str, str, str]]:
+    """``(section.field, default, type, doc)`` for every field of every config section, in class order."""
+    import dataclasses
+
+    from alilama_core.contracts.config import Config
+
+    rows = []
+    for section in dataclasses.fields(Config):
+        cls = section.default_factory  # ModelConfig, TrainConfig, TaskConfig
+        docs = field_docs(cls)
+        for f in dataclasses.fields(cls):
+            if f.default is not dataclasses.MISSING:
+                default = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                default = f.default_factory()
+            else:
+                default = None
+            kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+            rows.append((f"{section.name}.{f.name}", _yaml_value(default), kind, docs.get(f.name, "")))
+    return rows
+
+
+def config_help() -> str:
+    """The epilog of the commands that take a config: presets and every field with its default (never drifts)."""
+    from alilama_core.engine.configs import PRESETS
+
+    def overrides(spec: dict) -> str:
+        pairs = [f"{s}.{k}={_yaml_value(v)}" for s, fields in spec.items() for k, v in fields.items()]
+        return " ".join(pairs) if pairs else "the defaults below"
+
+    lines = ["Presets (--preset NAME; default essay), each the defaults below plus:"]
+    lines += [f"  {name}: {overrides(spec)}" for name, spec in PRESETS.items()]
+    lines.append("")
+    lines.append("Config fields (override with section.field=value; the value is read as YAML):")
+    import dataclasses
+
+    from alilama_core.contracts.config import Config
+
+    about = {f.name: (f.default_factory.__doc__ or "").strip().split("\n")[0] for f in dataclasses.fields(Config)}
+    section = None
+    for name, default, kind, doc in config_fields():
+        if name.split(".")[0] != section:
+            section = name.split(".")[0]
+            lines.append(f"{section}.*: {about.get(section, '')}".rstrip())
+        lines.append(f"  {name} = {default}  ({kind})")
+        if doc:
+            lines.append(f"      {doc}")
+    return escape("\n".join(lines))
+
+
+class ConfigHelpCommand(TyperCommand):
+    """A command whose ``--help`` ends with ``config_help()``, built only when help is shown."""
+
+    def format_help(self, ctx, formatter):
+        if not self.epilog:
+            self.epilog = config_help()
+        return super().format_help(ctx, formatter)
+
+
+def add_config_help(app: typer.Typer, *names: str) -> None:
+    """Give the registered commands ``names`` of ``app`` the generated config epilog (see ``config_help``)."""
+    for info in app.registered_commands:
+        name = info.name or (info.callback.__name__ if info.callback else None)
+        if name in names and info.cls in (None, TyperCommand):
+            info.cls = ConfigHelpCommand

@@ -37,7 +37,7 @@ def plot_runs(runs: list[str | Path], out: str | Path) -> Path:
         raise AlilamaError("give at least one run folder")
     check_image_path(out)
     metrics = [read_metrics(run) for run in runs]  # every run is readable before anything is drawn
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
+    fig, ax = plt.subplots(figsize=(10, 6), dpi=120)
     for i, (run, rows) in enumerate(zip(runs, metrics)):
         color = f"C{i}"
         name = Path(run).name
@@ -50,9 +50,7 @@ def plot_runs(runs: list[str | Path], out: str | Path) -> Path:
     ax.set_xlabel("tokens")
     ax.set_ylabel("loss (nats/token)")
     ax.set_title("Alilama training loss")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    return save_figure(fig, out)
+    return save_figure(_readable(fig, ax), out)
 
 
 def read_eval(path: str | Path) -> list[dict]:
@@ -83,7 +81,7 @@ def plot_eval(results: list[str | Path], out: str | Path, dpi: int = 120) -> Pat
     if not results:
         raise AlilamaError("give at least one `alilama eval --json` output file")
     check_image_path(out)
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=dpi)
+    fig, ax = plt.subplots(figsize=(10, 6), dpi=dpi)
     for i, result in enumerate(results):
         rows = read_eval(result)
         files = sorted({r.get("file", "") for r in rows})
@@ -98,9 +96,22 @@ def plot_eval(results: list[str | Path], out: str | Path, dpi: int = 120) -> Pat
     ax.set_xlabel("context length (tokens)")
     ax.set_ylabel("bits per byte")
     ax.set_title("bits per byte against context length")
+    return save_figure(_readable(fig, ax), out)
+
+
+def _readable(fig, ax):
+    """Fonts large enough to read at the figure's size, a light grid, and the legend beside the plot when it is long."""
+    ax.title.set_fontsize(14)
+    ax.xaxis.label.set_fontsize(12)
+    ax.yaxis.label.set_fontsize(12)
+    ax.tick_params(labelsize=11)
     ax.grid(alpha=0.3)
-    ax.legend()
-    return save_figure(fig, out)
+    entries = len(ax.get_legend_handles_labels()[1])
+    if entries > 8:  # a long legend would hide the lines: put it outside, on the right
+        ax.legend(fontsize=10, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    elif entries:
+        ax.legend(fontsize=11)
+    return fig
 
 
 def check_image_path(out: str | Path) -> None:

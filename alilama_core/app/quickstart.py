@@ -65,15 +65,20 @@ def seconds_per_step(cfg: cfgmod.Config, steps: int = 5) -> float:
     return min(times[1:])
 
 
-def run_quickstart(out, data=None, steps=None, minutes=3.5, stories=20000, overwrite=True, echo=print) -> dict:
+def run_quickstart(
+    out, data=None, steps=None, minutes=3.5, stories=20000, overwrite=True, echo=print, threads=None
+) -> dict:
+    """The whole pipeline into ``out``; ``threads``: CPU threads for encoding and training (``train.threads``)."""
     from alilama_core.app.plot import plot_runs
     from alilama_core.app.prepare import iter_documents, prepare
     from alilama_core.contracts.tokenizer import END_OF_TEXT
     from alilama_core.engine.generation import SamplingSettings, stream_text
     from alilama_core.engine.registry import get_tokenizer, get_trainer
+    from alilama_core.engine.threads import apply_threads, choose_threads
     from alilama_core.runs.checkpoint import load_run
     from alilama_core.runs.tokenizers import save_tokenizer
 
+    choose_threads(threads)  # a bad --threads is refused before any work
     started = time.perf_counter()
     out = Path(out)
     run = out / "run"
@@ -98,7 +103,7 @@ def run_quickstart(out, data=None, steps=None, minutes=3.5, stories=20000, overw
         f"[2/5] trained a {tokenizer.vocab_size}-id BPE tokenizer in {time.perf_counter() - t:.1f} s -> {out / 'tokenizer'}"
     )
 
-    meta = prepare([str(corpus)], out / "tokenizer", out / "data", val_fraction=0.05, overwrite=True)
+    meta = prepare([str(corpus)], out / "tokenizer", out / "data", val_fraction=0.05, overwrite=True, threads=threads)
     train_split = meta["splits"]["train"]
     echo(
         f"[3/5] encoded {train_split['tokens']:,} train tokens "
@@ -106,9 +111,15 @@ def run_quickstart(out, data=None, steps=None, minutes=3.5, stories=20000, overw
     )
 
     cfg = quickstart_config(tokenizer.vocab_size)
+    cfg.train.threads = threads  # None: the trainer's default, one per physical core
     budget = minutes * 60 / 1.15  # training seconds; the rest is room for evals and samples
     if steps is None:
-        per_step = seconds_per_step(cfg)
+        previous = torch.get_num_threads()
+        apply_threads(threads)  # time the steps with the threads training will use
+        try:
+            per_step = seconds_per_step(cfg)
+        finally:
+            torch.set_num_threads(previous)
         planned = max(cfg.train.warmup_steps + 10, int(budget / per_step))
         echo(
             f"[4/5] training for {budget / 60:.1f} min (train.max_time={budget:.0f} s): about {planned} steps "

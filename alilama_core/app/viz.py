@@ -7,12 +7,14 @@ from typing import Annotated
 
 import typer
 
+from alilama_core.app.commands import DeviceOpt, ThreadsOpt, choose_device, describe_loaded, set_threads
 from alilama_core.app.common import (
     ConfigOpt,
     ForceAttentionOpt,
     OverridesArg,
     PresetOpt,
     console,
+    err_console,
     loud_warnings,
     resolve_config,
 )
@@ -51,6 +53,8 @@ def attention_pictures(
     html: bool = True,
     force_attention: bool = False,
     overwrite: bool = False,
+    device: str = "cpu",
+    on_loaded=None,
 ) -> list[Path]:
     """Write the attention grid (or one map), the head distances and the HTML tape for ``run``; return the paths.
 
@@ -60,7 +64,8 @@ def attention_pictures(
     ``out`` is a folder of pictures that Alilama writes whole: new or empty, or
     (with ``overwrite``) one that an earlier call wrote and that holds nothing
     else. It is built beside its place and swapped in (see ``alilama_core.runs.outputs``),
-    so a user's files are never overwritten.
+    so a user's files are never overwritten. ``device``: where the model runs (``"cpu"``, ``"cuda"``);
+    ``on_loaded(loaded)`` is called once the run is loaded, before anything is drawn.
     """
     from alilama_core.app.viz_draw import draw_grid, draw_map, read_tape
     from alilama_core.app.viz_page import write_page
@@ -71,7 +76,11 @@ def attention_pictures(
     if head is not None and layer is None:
         raise AlilamaError("--head needs --layer too (e.g. --layer 0 --head 3)")
     with loud_warnings():
-        loaded = load_run(run, checkpoint=checkpoint, attention=attention, force_attention=force_attention)
+        loaded = load_run(
+            run, checkpoint=checkpoint, map_location=device, attention=attention, force_attention=force_attention
+        )
+    if on_loaded is not None:
+        on_loaded(loaded)
     tape = read_tape(loaded.model, loaded.tokenizer, text)
     out = Path(out)
     with exclusive_lock(out, "--out folder"):
@@ -128,11 +137,32 @@ def attention_cmd(
         bool,
         typer.Option("--overwrite", help="Replace the pictures an earlier `alilama viz attention` wrote in --out."),
     ] = False,
+    device: DeviceOpt = "auto",
+    threads: ThreadsOpt = None,
 ) -> None:
     """Attention maps (layers x heads, token labels) and a self-contained interactive tape.html."""
     text = read_prompt(prompt, prompt_file)
+    n_threads = set_threads(threads)
+    where = choose_device(device)
+
+    def on_loaded(loaded) -> None:
+        err_console.print(
+            describe_loaded(loaded, where, n_threads, ("short",)), highlight=False, markup=False, soft_wrap=True
+        )
+
     pictures = attention_pictures(
-        run, text, out, layer, head, checkpoint, attention, html, force_attention, overwrite=overwrite
+        run,
+        text,
+        out,
+        layer,
+        head,
+        checkpoint,
+        attention,
+        html,
+        force_attention,
+        overwrite=overwrite,
+        device=where,
+        on_loaded=on_loaded,
     )
     for path in pictures:
         console.print(f"wrote {path}", highlight=False)

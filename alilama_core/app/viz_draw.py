@@ -150,8 +150,36 @@ def _save(fig, path: str | Path, dpi: int, tight: bool = True) -> Path:
 
 
 def _ticks(n: int, max_labels: int) -> list[int]:
-    step = max(1, -(-n // max_labels))
+    step = max(1, -(-n // max(1, max_labels)))
     return list(range(0, n, step))
+
+
+LABEL_SPACE = 1.45
+"""Space one tick label needs, in multiples of its font size (the label's height and a gap)."""
+MIN_FONT, FONT, MAX_FONT = 5.5, 7.5, 9.0
+"""Smallest readable, usual and largest useful label font sizes, in points."""
+
+
+def _ordinal(k: int) -> str:
+    suffix = "th" if 10 <= k % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(k % 10, "th")
+    return f"{k}{suffix}"
+
+
+def labelling_note(n: int, ticks: list[int]) -> str:
+    """``"every 4th token labelled"`` when only every k-th of ``n`` tokens has a label, else ``""``."""
+    step = ticks[1] - ticks[0] if len(ticks) > 1 else 1
+    return f"every {_ordinal(step)} token labelled" if step > 1 and n > 1 else ""
+
+
+def label_font(inches: float, labels: int) -> float:
+    """Points for ``labels`` tick labels side by side along ``inches``, kept between readable bounds."""
+    return max(MIN_FONT, min(MAX_FONT, 72 * inches / max(labels, 1) / LABEL_SPACE))
+
+
+def map_inches(tokens: int, labels: int, base: float = 0.9) -> float:
+    """Inches for one attention map of ``tokens`` with ``labels`` tick labels: grows with both, so every
+    label gets ``FONT`` points and a long prompt keeps about 1.5 pixels per token at 100 dpi."""
+    return max(base + 0.009 * tokens, labels * FONT * LABEL_SPACE / 72)
 
 
 def _check(tape: Tape, layer: int | None, head: int | None) -> None:
@@ -182,12 +210,12 @@ def draw_grid(tape: Tape, path: str | Path, max_labels: int = 16, dpi: int = 100
     for l in range(L):
         for h in range(H):
             mosaic[l * step : l * step + T, h * step : h * step + T] = colours[level[l, h]]
-    cell = 0.9 + 0.009 * T  # inches per map: larger for longer prompts (about 1.5 px per token at 128)
+    ticks = _ticks(T, max_labels)  # every k-th token past max_labels, said in the title
+    cell = map_inches(T, len(ticks))  # inches per map: larger for longer prompts and more labels
+    font = label_font(cell, len(ticks))  # points: one label per tick, no overlap, never unreadably small
     fig, ax = plt.subplots(figsize=(cell * H + 1.5, cell * L + 1.2))
     ax.imshow(mosaic, interpolation="nearest")
     image = plt.cm.ScalarMappable(norm=PowerNorm(0.5, vmin=0, vmax=1), cmap="viridis")
-    ticks = _ticks(T, max_labels)
-    font = max(3.5, min(7.0, 0.8 * 72 * cell / max(len(ticks), 1)))  # points: one label per tick, no overlap
     ax.set_yticks(
         [l * step + i for l in range(L) for i in ticks],
         [tape.labels[i] for _ in range(L) for i in ticks],
@@ -200,28 +228,35 @@ def draw_grid(tape: Tape, path: str | Path, max_labels: int = 16, dpi: int = 100
     for h in range(H):
         title = f"head {h}" + (f"\nslope {tape.slopes[h]:.3g}" if tape.slopes is not None else "")
         ax.text(h * step + T / 2, -gap, title, ha="center", va="bottom", fontsize=8)
+    widest = 0.62 * font * max(len(tape.labels[i]) for i in ticks) + 4  # points: the longest tick label, its pad
     for l in range(L):
-        ax.text(
-            -0.9 * T / max(1, len(ticks)) * 6 - gap,
-            l * step + T / 2,
+        ax.annotate(
             f"layer {l}",
+            xy=(0, l * step + T / 2),
+            xycoords=("axes fraction", "data"),
+            xytext=(-widest - 4, 0),
+            textcoords="offset points",
             ha="right",
             va="center",
-            fontsize=8,
+            fontsize=9,
             rotation=90,
         )
     fig.colorbar(image, ax=ax, fraction=0.02, pad=0.01, label="attention probability")
+    margin = widest / 72  # inches the tick labels take beside and under the maps
+    fig.set_size_inches(fig.get_figwidth() + max(0.0, margin - 0.55), fig.get_figheight() + max(0.0, margin - 0.5))
     height = fig.get_figheight()
+    note = labelling_note(T, ticks)
     fig.suptitle(
-        f"attention, {tape.positional} positions: row = query token, column = the token it reads",
+        f"attention, {tape.positional} positions: row = query token, column = the token it reads"
+        + (f" ({note})" if note else ""),
         fontsize=10,
         y=1 - 0.12 / height,
         va="top",
     )
     fig.subplots_adjust(
-        left=0.9 / fig.get_figwidth(),
+        left=(margin + 0.35) / fig.get_figwidth(),
         right=1 - 1.0 / fig.get_figwidth(),
-        bottom=0.8 / height,
+        bottom=(margin + 0.3) / height,
         top=1 - 0.75 / height,
     )
     return _save(fig, path, dpi, tight=False)  # fixed margins: one draw instead of two
@@ -234,12 +269,16 @@ def draw_map(
     head: int,
     max_tokens: int | None = None,
     dpi: int = 100,
+    max_labels: int = 128,
 ) -> Path:
-    """One head's map, large, with every token labelled (the first ``max_tokens`` if given)."""
+    """One head's map, large, with every token labelled (the first ``max_tokens`` if given); past
+    ``max_labels`` tokens every k-th is labelled, and the title says so."""
     _check(tape, layer, head)
     plt = _pyplot()
     T = tape.shape[2] if max_tokens is None else min(max_tokens, tape.shape[2])
-    size = max(5.0, 0.13 * T + 1.5)
+    ticks = _ticks(T, max_labels)
+    size = max(5.0, map_inches(T, len(ticks), base=1.5), 0.13 * len(ticks) + 1.5)
+    font = label_font(size, len(ticks))
     fig, ax = plt.subplots(figsize=(size + 1, size))
     from matplotlib.colors import PowerNorm
 
@@ -249,13 +288,18 @@ def draw_map(
         norm=PowerNorm(0.5, vmin=0, vmax=1),
         interpolation="nearest",
     )
-    labels = tape.labels[:T]
-    ax.set_xticks(range(T), labels, fontsize=7, rotation=90)
-    ax.set_yticks(range(T), labels, fontsize=7)
-    ax.set_xlabel("key: the token read")
-    ax.set_ylabel("query: the token reading")
+    labels = [tape.labels[i] for i in ticks]
+    ax.set_xticks(ticks, labels, fontsize=font, rotation=90)
+    ax.set_yticks(ticks, labels, fontsize=font)
+    ax.set_xlabel("key: the token read", fontsize=11)
+    ax.set_ylabel("query: the token reading", fontsize=11)
     slope = f", slope {tape.slopes[head]:.3g}" if tape.slopes is not None else ""
-    ax.set_title(f"layer {layer}, head {head}{slope}: mean distance {tape.distance[layer, head]:.1f} tokens")
+    note = labelling_note(T, ticks)
+    ax.set_title(
+        f"layer {layer}, head {head}{slope}: mean distance {tape.distance[layer, head]:.1f} tokens"
+        + (f"\n({note})" if note else ""),
+        fontsize=12,
+    )
     fig.colorbar(image, ax=ax, fraction=0.04, label="attention probability")
     return _save(fig, path, dpi)
 
@@ -368,17 +412,22 @@ def positional_profile(model_config, distance: int | None = None):
     return d.numpy(), terms.float().numpy(), scheme.kind, note
 
 
-def draw_positional(model_config, path: str | Path, distance: int | None = None, dpi: int = 90) -> Path:
-    """A PNG of each head's positional term against distance (see ``positional_profile``)."""
+def draw_positional(model_config, path: str | Path, distance: int | None = None, dpi: int = 110) -> Path:
+    """A PNG of each head's positional term against distance (see ``positional_profile``), large enough to read:
+    the legend sits beside the plot, in columns of at most 16 heads."""
     d, terms, kind, note = positional_profile(model_config, distance)  # checks its size before pyplot loads
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4))
     many = terms.shape[0] > 1
+    columns = max(1, -(-terms.shape[0] // 16)) if many else 1
+    fig, ax = plt.subplots(figsize=(10 + 1.3 * columns, 6))
+    colours = plt.get_cmap("viridis" if terms.shape[0] > 10 else "tab10")
     for h, row in enumerate(terms):
-        ax.plot(d, row, lw=1.5, label=f"head {h}" if many else model_config.positional)
-    ax.set_xlabel("distance d (query position - key position)")
-    ax.set_ylabel("positional term")
-    ax.set_title(f"{model_config.positional} ({kind}): {note}", fontsize=9)
+        colour = colours(h / max(1, terms.shape[0] - 1)) if terms.shape[0] > 10 else colours(h % 10)
+        ax.plot(d, row, lw=2, color=colour, label=f"head {h}" if many else model_config.positional)
+    ax.set_xlabel("distance d (query position - key position)", fontsize=12)
+    ax.set_ylabel("positional term", fontsize=12)
+    ax.tick_params(labelsize=11)
+    ax.set_title(f"{model_config.positional} ({kind}):\n{note}", fontsize=13)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2 if many else 1)
+    ax.legend(fontsize=10, ncol=columns, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     return _save(fig, path, dpi)

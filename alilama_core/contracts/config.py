@@ -115,6 +115,9 @@ class TrainConfig:
     """``float32`` or ``bfloat16`` (autocast)."""
     compile: bool = False
     device: str = "auto"
+    threads: int | None = None
+    """CPU threads torch uses per process (``None``: the physical cores this process may run on,
+    divided among the processes of a machine under torchrun); ``--threads`` sets it."""
     log_every: int = 10
     eval_every: int = 200
     eval_tokens: int = 65536
@@ -159,6 +162,13 @@ class TrainConfig:
             raise ConfigError(f"train.seed must be an integer >= 0, got {self.seed!r} (e.g. train.seed=1337)")
         if self.warmup_steps < 0:
             raise ConfigError(f"train.warmup_steps must be >= 0, got {self.warmup_steps}")
+        if self.threads is not None and (
+            isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1
+        ):
+            raise ConfigError(
+                f"train.threads must be a positive integer or null (the default: one per physical core), "
+                f"got {self.threads!r} (e.g. train.threads=4)"
+            )
         if self.dtype not in ("float32", "bfloat16"):
             raise ConfigError(f"train.dtype must be float32 or bfloat16, got {self.dtype!r}")
         if self.grad_clip is not None and self.grad_clip <= 0:

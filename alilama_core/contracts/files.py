@@ -29,9 +29,34 @@ from alilama_core.contracts.errors import DiskFullError, FolderBusyError, Output
 
 
 def _umask() -> int:
-    mask = os.umask(0)
+    """The process's umask, read without changing it where the system can (``/proc``), so threads never race."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0)  # elsewhere: set and restore at once
     os.umask(mask)
     return mask
+
+
+def file_mode() -> int:
+    """The mode a plain ``open()`` gives a new file: ``0o666`` less the umask (``0o644`` under umask 022)."""
+    return 0o666 & ~_umask()
+
+
+def folder_mode() -> int:
+    """The mode a plain ``mkdir()`` gives a new folder: ``0o777`` less the umask (``0o755`` under umask 022)."""
+    return 0o777 & ~_umask()
+
+
+def make_temp_folder(dir: str | os.PathLike[str], prefix: str, suffix: str = ".tmp") -> Path:
+    """``tempfile.mkdtemp`` in ``dir`` with the user's usual folder mode (``mkdtemp`` alone makes 0700 folders)."""
+    path = Path(tempfile.mkdtemp(dir=dir, prefix=prefix, suffix=suffix))
+    os.chmod(path, folder_mode())
+    return path
 
 
 @contextmanager
@@ -48,7 +73,7 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO]:
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600 files; use the usual mode
+        os.chmod(tmp, file_mode())  # mkstemp makes 0600 files; use the usual mode
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -204,22 +229,94 @@ def disk_full_guard(
 def exclusive_lock(folder: str | os.PathLike[str], what: str = "folder") -> Iterator[Path]:
     """Hold an exclusive, non-blocking lock on ``folder`` for the duration of the block.
 
-    The lock lives beside the folder (``.NAME.lock``), so the folder itself can be
-    replaced atomically while it is held. A second writer fails at once with the
-    holder's PID instead of waiting or mixing files::
+    The lock lives beside the folder (``.NAME.lock``, holding the holder's PID), so
+    the folder itself can be replaced atomically while it is held. A second writer
+    fails at once with the holder's PID instead of waiting or mixing files::
 
         with exclusive_lock("runs/essay", what="run"):
             ...  # write the run
 
     The lock is released when the block ends or the process dies (the operating
-    system drops it); the small lock files stay behind and are harmless. A
-    parent folder that cannot be written raises ``OutputError`` naming it.
+    system drops it). On POSIX the lock file is removed on release, safely: the
+    holder unlinks it *before* dropping the ``flock``, and a process that locked
+    a file that is no longer the one at the path (unlinked meanwhile) lets it go
+    and tries again, so two holders never exist. A parent folder that cannot be
+    written raises ``OutputError`` naming it.
     """
-    from filelock import FileLock, Timeout
-
     folder = Path(folder)
     lock_path = folder.parent / f".{folder.name}.lock"
-    owner = folder.parent / f".{folder.name}.lock.pid"
+    owner = folder.parent / f".{folder.name}.lock.pid"  # where older versions (and Windows) keep the PID
+    try:
+        import fcntl
+    except ImportError:  # Windows: filelock, and the small lock files stay behind
+        with _filelock(folder, lock_path, owner, what):
+            yield folder
+        return
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        fd = _flock(lock_path, fcntl)
+    except BlockingIOError:
+        raise _busy(folder, what, _holder(lock_path, owner)) from None
+    except OSError as exc:
+        raise OutputError(f"cannot write the {what} {str(folder)!r}: {exc.strerror or exc}") from None
+    try:
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+        except OSError:  # the PID is a courtesy for the error message of a second writer
+            pass
+        yield folder
+    finally:
+        try:  # unlink while still holding the flock: whoever opens the path next makes a new file
+            lock_path.unlink(missing_ok=True)
+            owner.unlink(missing_ok=True)  # an older version's PID file, if any
+        except OSError:
+            pass
+        os.close(fd)  # drops the flock
+
+
+def _flock(lock_path: Path, fcntl) -> int:
+    """An open descriptor of ``lock_path`` holding its exclusive ``flock``; ``BlockingIOError`` when another holds it."""
+    while True:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            here = os.stat(lock_path)
+        except FileNotFoundError:
+            here = None
+        mine = os.fstat(fd)
+        if here is not None and (here.st_dev, here.st_ino) == (mine.st_dev, mine.st_ino):
+            return fd
+        os.close(fd)  # the holder we waited on removed this file as it let go: lock the path's new file
+
+
+def _holder(lock_path: Path, owner: Path) -> str:
+    for path in (lock_path, owner):
+        try:
+            pid = path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if pid:
+            return pid
+    return "unknown"
+
+
+def _busy(folder: Path, what: str, holder: str) -> FolderBusyError:
+    return FolderBusyError(
+        f"{what} {str(folder)!r} is being written by another process (PID {holder}); "
+        f"wait for it to finish or stop it, then try again"
+    )
+
+
+@contextmanager
+def _filelock(folder: Path, lock_path: Path, owner: Path, what: str) -> Iterator[None]:
+    """The lock where ``fcntl`` is missing (Windows), with ``filelock``; its files stay behind."""
+    from filelock import FileLock, Timeout
+
     lock = FileLock(str(lock_path), timeout=0)
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
@@ -229,14 +326,11 @@ def exclusive_lock(folder: str | os.PathLike[str], what: str = "folder") -> Iter
             holder = owner.read_text(encoding="utf-8").strip() or "unknown"
         except OSError:
             holder = "unknown"
-        raise FolderBusyError(
-            f"{what} {str(folder)!r} is being written by another process (PID {holder}); "
-            f"wait for it to finish or stop it, then try again"
-        ) from None
+        raise _busy(folder, what, holder) from None
     except OSError as exc:
         raise OutputError(f"cannot write the {what} {str(folder)!r}: {exc.strerror or exc}") from None
     try:
         owner.write_text(f"{os.getpid()}\n", encoding="utf-8")
-        yield folder
+        yield
     finally:
         lock.release()

@@ -22,6 +22,7 @@ from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, AbstractSet, Any, ClassVar, Literal, Union
 
+from alilama_core.contracts.data import token_dtype
 from alilama_core.contracts.errors import TokenizerError, UnsupportedError
 from alilama_core.contracts.limits import DEFAULTS
 from alilama_core.contracts.options import check_options
@@ -141,9 +142,7 @@ class Tokenizer(abc.ABC):
         The default reads the file and calls ``encode(text, allowed_special="all")``;
         implementations may stream and use ``threads``.
         """
-        import numpy as np
-
-        from alilama_core.contracts.data import token_dtype  # numpy only when a file is encoded
+        import numpy as np  # numpy only when a file is encoded
 
         text = read_text(path, errors)
         ids = self.encode(text, allowed_special="all")

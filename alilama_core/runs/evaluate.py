@@ -10,6 +10,7 @@ models with different tokenizers compare fairly.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,6 +71,9 @@ def evaluate_run(
     checkpoint: str | None = None,
     verify: bool = True,
     force_attention: bool = False,
+    device: str = "cpu",
+    on_loaded: Callable[..., None] | None = None,
+    on_step: Callable[[int, int, str, int], None] | None = None,
 ) -> list[EvalRow]:
     """Evaluate a run folder on ``files`` at each context length (default: 1x, 2x, 4x, 8x trained).
 
@@ -77,24 +81,38 @@ def evaluate_run(
     except for a run trained with a non-exact backend (a sliding window), which is
     scored with its own; another backend for it is refused unless ``force_attention``
     (see ``load_run``). ``verify``: check the run's files against the hashes it recorded.
+    ``device``: where the model runs (``"cpu"``, ``"cuda"``).
+    ``on_loaded(loaded, lengths)`` is called once the run is loaded, before any scoring;
+    ``on_step(done, total, file, length)`` before each (file, context length) is scored
+    (``done`` of ``total`` finished so far), for progress reports.
     """
 
     if context_lengths is not None and (not context_lengths or min(context_lengths) < 1):
         raise ConfigError(f"context lengths must be positive integers, got {context_lengths}")
     loaded = load_run(
-        run, checkpoint=checkpoint, attention=attention or None, verify=verify, force_attention=force_attention
+        run,
+        checkpoint=checkpoint,
+        map_location=device,
+        attention=attention or None,
+        verify=verify,
+        force_attention=force_attention,
     )
     model, tokenizer, cfg = loaded.model, loaded.tokenizer, loaded.config
     trained = cfg.model.context_length
     lengths = context_lengths or [trained * m for m in (1, 2, 4, 8)]
     lengths_bytes = token_byte_lengths(tokenizer)
     limit = model.positional.max_positions
+    if on_loaded is not None:
+        on_loaded(loaded, lengths)
     rows = []
+    total = len(files) * len(lengths)
     for file in files:
         tokens = encode_file(tokenizer, file)
         if max_tokens:
             tokens = tokens[: max_tokens + 1]
         for length in lengths:
+            if on_step is not None:
+                on_step(len(rows), total, str(file), length)
             name = model.config.attention
             if limit is not None and length > limit:
                 rows.append(

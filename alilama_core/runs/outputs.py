@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from alilama_core.contracts.errors import OutputError
+from alilama_core.contracts.files import make_temp_folder
 from alilama_core.contracts.files import atomic_write_text
 
 MARKER = ".alilama-output"
@@ -171,7 +172,7 @@ def new_folder_beside(out: str | os.PathLike[str], what: str = "output") -> Path
     out = Path(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
+        return make_temp_folder(out.parent, prefix=f".{out.name}.")
     except OSError as exc:
         raise OutputError(f"cannot write the {what} {str(out)!r}: {exc.strerror or exc}") from None
 

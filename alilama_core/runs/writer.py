@@ -11,7 +11,6 @@ import json
 import os
 import pickle
 import shutil
-import tempfile
 import warnings
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from alilama_core.contracts.errors import CheckpointError, ConfigError, DataError, OutputError
-from alilama_core.contracts.files import atomic_write_text, disk_full_guard, exclusive_lock
+from alilama_core.contracts.files import atomic_write_text, disk_full_guard, exclusive_lock, make_temp_folder
 from alilama_core.engine import configs as cfgmod
 from alilama_core.runs.checkpoint import (
     CONFIG,
@@ -385,7 +384,7 @@ class RunFolder:
         try:
             # torch reports a short write without its reason: recognise a full disk before the partial files go
             with disk_full_guard(final, "checkpoint", lambda: after_disk_full(run, True)):
-                tmp = Path(tempfile.mkdtemp(dir=run, prefix=f".{name}.", suffix=".tmp"))
+                tmp = make_temp_folder(run, prefix=f".{name}.")
                 digest = file_sha256(save_weights(model, tmp))
                 if optimizer is not None:
                     torch.save(optimizer.state_dict(), tmp / OPTIMIZER)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import os
 import signal
+import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -35,6 +36,7 @@ from alilama_core.contracts.config import Config, estimate_parameters
 from alilama_core.contracts.errors import AlilamaError, ConfigError
 from alilama_core.contracts.trainer import Trainer
 from alilama_core.engine.model import GPT, build_model
+from alilama_core.engine.threads import apply_threads, choose_threads, default_threads
 from alilama_core.engine.validate import check_memory
 from alilama_core.runs.sources import open_data_source
 from alilama_core.runs.tokenizers import load_tokenizer
@@ -168,13 +170,52 @@ class DefaultTrainer(Trainer):
         writer = RunFolder(out_dir, cfg, self.name, echo=self.echo, main=Distributed.is_main())
         writer.precheck(data_dir, resume=resume, overwrite=overwrite)
         dist = Distributed(cfg.train.device)
+        previous_threads = torch.get_num_threads()
         try:
+            threads = apply_threads(process_threads(cfg.train.threads))
             with writer.held():
-                return self._fit(cfg, cfg.train, dist, Path(data_dir), writer, resume, overwrite, stop_at)
+                return self._fit(cfg, cfg.train, dist, Path(data_dir), writer, resume, overwrite, stop_at, threads)
         finally:
+            if torch.get_num_threads() != previous_threads:  # leave the caller's process as it was
+                torch.set_num_threads(previous_threads)
             dist.close()
 
-    def _fit(self, cfg, tcfg, dist, data_dir: Path, writer: RunFolder, resume: bool, overwrite: bool, stop_at):
+    def banner(self, cfg, model: GPT, data, dist: Distributed, threads: int, start: int) -> list[str]:
+        """The lines printed before step 1: what this run is about to do."""
+        tcfg, context = cfg.train, cfg.model.context_length
+        per_step = tcfg.batch_size * context
+        steps = tcfg.max_steps
+        lines = [
+            f"model: {model.num_parameters():,} parameters | "
+            f"{per_step:,} tokens per step (batch {tcfg.batch_size} x context {context})"
+        ]
+        train_tokens = getattr(data, "train_tokens", None)
+        if train_tokens is not None and len(train_tokens):
+            epochs = per_step * steps / len(train_tokens)
+            lines.append(
+                f"data: {len(train_tokens):,} train tokens; {steps:,} steps cover {epochs:.3g} epochs of the train split"
+            )
+        else:  # a task: freshly generated examples, no epochs
+            lines.append(
+                f"data: task {getattr(data, 'name', '?')}: {tcfg.batch_size} examples per step, "
+                f"{tcfg.batch_size * steps:,} generated examples over {steps:,} steps"
+            )
+        device = str(dist.device) + (f" x {dist.world} processes (DDP)" if dist.world > 1 else "")
+        precision = "float32" if tcfg.dtype == "float32" else f"{tcfg.dtype} autocast"
+        budget = f" | time budget {tcfg.max_time:g} s" if tcfg.max_time is not None else ""
+        lines.append(
+            f"device {device} | threads {threads} per process | dtype {precision}"
+            + (" | torch.compile" if tcfg.compile else "")
+            + f" | attention {_attention_choice(cfg.model, model, dist.device, tcfg.dtype)}"
+            + budget
+        )
+        if start:
+            lines.append(f"starting at step {start:,} of {steps:,}")
+        return lines
+
+    def _fit(
+        self, cfg, tcfg, dist, data_dir: Path, writer: RunFolder, resume: bool, overwrite: bool, stop_at, threads: int
+    ):
         data = open_data_source(cfg, data_dir)  # prepared text, or a task's generated examples
         context = cfg.model.context_length
         if tcfg.batch_size % dist.world:
@@ -222,7 +263,11 @@ class DefaultTrainer(Trainer):
             else nullcontext()
         )
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-        progress = _Progress(tcfg.max_steps, step, self.show_progress and dist.main, self.echo if dist.main else None)
+        bar = self.show_progress and dist.main and sys.stdout.isatty()  # outside a terminal: plain lines
+        progress = _Progress(tcfg.max_steps, step, bar, self.echo if dist.main else None, tcfg.log_every)
+        if dist.main:
+            for line in self.banner(cfg, model, data, dist, threads, step):
+                progress.print(line)
         tokens_at_start = tokens_seen
         started = time.perf_counter()
         last_eval: dict[str, float] = {}
@@ -270,6 +315,7 @@ class DefaultTrainer(Trainer):
                 if evaluate_now and dist.main:
                     last_eval = data.evaluate(model)
                     row.update(last_eval)
+                    progress.evaluation(step, last_eval)
                     if best["val_loss"] is None or last_eval["val_loss"] < best["val_loss"]:
                         best, new_best = {"val_loss": last_eval["val_loss"], "step": step}, True
                 sample_every = tcfg.sample_every or tcfg.eval_every
@@ -280,7 +326,8 @@ class DefaultTrainer(Trainer):
                     for text in row["samples"]:
                         progress.print("  " + text.replace("\n", " "))
                 elapsed = time.perf_counter() - started
-                progress.update(step, train_loss, tokens_seen - tokens_at_start, elapsed, last_eval)
+                left = None if budget is None else max(0.0, budget - spent - elapsed)
+                progress.update(step, train_loss, tokens_seen - tokens_at_start, elapsed, last_eval, lr, left)
                 if step % tcfg.log_every == 0 or "val_loss" in row or step == tcfg.max_steps:
                     row["elapsed_s"] = round(elapsed, 3)
                     writer.log(row)
@@ -300,6 +347,7 @@ class DefaultTrainer(Trainer):
             if dist.main:
                 if not last_eval:
                     last_eval = data.evaluate(model)
+                    progress.evaluation(step, last_eval)
                 writer.finish(model, checkpoint_state())
             timed_out = step < tcfg.max_steps  # the loop ended by the time budget
             if timed_out:
@@ -311,6 +359,45 @@ class DefaultTrainer(Trainer):
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
+
+
+def process_threads(requested: int | None) -> int:
+    """``train.threads`` for this process: as given, else the physical cores shared among a machine's ranks."""
+    if requested is not None:
+        return choose_threads(requested)
+    local_world = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    return max(1, default_threads() // local_world)
+
+
+def _attention_choice(model_cfg, model: GPT, device: torch.device, dtype: str) -> str:
+    """The attention setting, and for a router (``auto``) the backend it picks for training's shape class."""
+    backend = model.backend
+    if backend.resolve is None:
+        return model_cfg.attention
+    try:
+        from alilama_core.contracts.attention import AttentionCase, shape_class
+
+        positional = model.positional
+        trainable = positional.kind == "bias" and any(p.requires_grad for p in positional.parameters())
+        t = model_cfg.context_length
+        case = AttentionCase(
+            device.type,
+            torch.bfloat16 if dtype == "bfloat16" else torch.float32,
+            model_cfg.d_model // model_cfg.n_heads,
+            shape_class(t, t),
+            positional.kind,
+            positional.has_slopes,
+            training=True,
+            bias_trainable=trainable,
+        )
+        return f"{model_cfg.attention} -> {backend.resolve(case).name} (training, {case.shape})"
+    except Exception:  # the banner never stops a run
+        return model_cfg.attention
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
 def _check_training_memory(model_cfg, device: torch.device) -> None:
@@ -330,8 +417,9 @@ def _check_training_memory(model_cfg, device: torch.device) -> None:
 class _Progress:
     """A rich progress bar (step, loss, tokens/s, time left) that can be switched off."""
 
-    def __init__(self, total: int, start: int, enabled: bool, echo=None) -> None:
+    def __init__(self, total: int, start: int, enabled: bool, echo=None, log_every: int = 10) -> None:
         self.enabled, self.echo = enabled, echo
+        self.total, self.start, self.log_every = total, start, log_every
         if not enabled:
             return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -346,16 +434,43 @@ class _Progress:
         )
         self.progress.start()
         self.task = self.progress.add_task("train", total=total, completed=start, info="")
-        self.start = start
 
-    def update(self, step: int, loss: float, new_tokens: int, elapsed: float, last_eval: dict) -> None:
-        if not self.enabled:
-            return
+    def update(
+        self,
+        step: int,
+        loss: float,
+        new_tokens: int,
+        elapsed: float,
+        last_eval: dict,
+        lr: float | None = None,
+        budget_left: float | None = None,
+    ) -> None:
         rate = new_tokens / max(elapsed, 1e-9)
+        if not self.enabled:  # outside a terminal: one plain line every log_every steps
+            if self.echo is not None and (step % self.log_every == 0 or step == self.total):
+                done = step - self.start
+                eta = elapsed / done * (self.total - step) if done > 0 else 0.0
+                if budget_left is not None:
+                    eta = min(eta, budget_left)
+                lr_text = f" | lr {lr:.3g}" if lr is not None else ""
+                self.echo(
+                    f"step {step}/{self.total} | loss {loss:.4f}{lr_text} | {rate:,.0f} tok/s | "
+                    f"elapsed {_clock(elapsed)} | ETA {_clock(eta)}"
+                )
+            return
         info = f"loss {loss:.3f}"
         if last_eval:
             info += f" | val {last_eval['val_loss']:.3f} ({last_eval['val_bpb']:.3f} bpb)"
         self.progress.update(self.task, completed=step, info=f"{info} | {rate:,.0f} tok/s")
+
+    def evaluation(self, step: int, result: dict) -> None:
+        """Outside a terminal, a line per evaluation (the bar shows the last one instead)."""
+        if self.enabled or self.echo is None:
+            return
+        line = f"step {step}/{self.total} eval | val loss {result['val_loss']:.4f} | val bpb {result['val_bpb']:.4f}"
+        if "val_exact" in result:
+            line += f" | exact {result['val_exact']:.3f} | token accuracy {result['val_token_accuracy']:.3f}"
+        self.echo(line)
 
     def print(self, text: str) -> None:
         if self.enabled:

@@ -1,0 +1,175 @@
+"""Files and folders written with the user's umask; lock files removed on release without breaking exclusion."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from alilama_core.contracts.errors import FolderBusyError, OutputError
+from alilama_core.contracts.files import (
+    _umask,
+    atomic_open,
+    atomic_write_text,
+    exclusive_lock,
+    file_mode,
+    folder_mode,
+    make_temp_folder,
+)
+
+posix = pytest.mark.skipif(os.name != "posix", reason="POSIX modes and flock")
+
+
+@pytest.fixture
+def umask022():
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@posix
+def test_umask_is_read_without_changing_it(umask022):
+    assert _umask() == 0o022
+    assert os.umask(0o022) == 0o022  # unchanged
+    assert file_mode() == 0o644 and folder_mode() == 0o755
+
+
+@posix
+def test_atomic_write_text_gives_0644_under_umask_022(tmp_path, umask022):
+    path = tmp_path / "out" / "a.txt"
+    atomic_write_text(path, "hello\n")
+    assert path.read_text() == "hello\n"
+    assert _mode(path) == 0o644
+    with atomic_open(tmp_path / "b.bin", "wb") as f:
+        f.write(b"x")
+    assert _mode(tmp_path / "b.bin") == 0o644
+    assert not [p for p in tmp_path.rglob("*.tmp")]
+
+
+@posix
+def test_atomic_write_follows_another_umask(tmp_path):
+    old = os.umask(0o027)
+    try:
+        atomic_write_text(tmp_path / "a.txt", "x")
+    finally:
+        os.umask(old)
+    assert _mode(tmp_path / "a.txt") == 0o640
+
+
+@posix
+def test_temp_folders_get_the_usual_mode(tmp_path, umask022):
+    folder = make_temp_folder(tmp_path, prefix=".out.")
+    assert folder.is_dir() and folder.parent == tmp_path and folder.name.endswith(".tmp")
+    assert _mode(folder) == 0o755
+
+
+def test_lock_files_are_gone_after_the_block(tmp_path):
+    out = tmp_path / "run"
+    with exclusive_lock(out, "run") as held:
+        assert held == out
+        if os.name == "posix":
+            assert (tmp_path / ".run.lock").read_text().strip() == str(os.getpid())
+    if os.name == "posix":
+        assert sorted(p.name for p in tmp_path.iterdir()) == []
+    with exclusive_lock(out, "run"):  # and the lock can be taken again
+        pass
+
+
+def test_lock_files_are_gone_after_an_error(tmp_path):
+    with pytest.raises(RuntimeError), exclusive_lock(tmp_path / "run", "run"):
+        raise RuntimeError("boom")
+    if os.name == "posix":
+        assert list(tmp_path.iterdir()) == []
+
+
+def test_a_second_holder_in_the_same_process_is_refused(tmp_path):
+    with exclusive_lock(tmp_path / "run", "run"):
+        with pytest.raises(FolderBusyError, match=rf"PID {os.getpid()}"):
+            with exclusive_lock(tmp_path / "run", "run"):
+                pass
+
+
+def test_a_parent_that_is_a_file_is_an_output_error(tmp_path):
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(OutputError, match="a-file"):
+        with exclusive_lock(tmp_path / "a-file" / "data", "data folder"):
+            pass
+
+
+_HOLD = """
+import sys
+from alilama_core.contracts.files import exclusive_lock
+with exclusive_lock(sys.argv[1], what="run"):
+    print("locked", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_another_process_is_refused_with_the_holders_pid(tmp_path):
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HOLD, str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout.readline().strip() == "locked"
+        with pytest.raises(FolderBusyError, match=rf"run .* another process \(PID {proc.pid}\)"):
+            with exclusive_lock(out, "run"):
+                pass
+    finally:
+        proc.communicate("\n", timeout=30)
+    assert proc.returncode == 0
+    with exclusive_lock(out, "run"):  # free again once the holder has gone
+        pass
+    if os.name == "posix":
+        assert list(tmp_path.iterdir()) == []
+
+
+_CONTEND = textwrap.dedent(
+    """
+    import os, sys
+    from alilama_core.contracts.errors import FolderBusyError
+    from alilama_core.contracts.files import exclusive_lock
+    out, marker, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    held = 0
+    while held < rounds:
+        try:
+            with exclusive_lock(out, what="run"):
+                fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)  # fails if two hold the lock
+                os.close(fd)
+                os.unlink(marker)
+                held += 1
+        except FolderBusyError:
+            pass
+    print(held)
+    """
+)
+
+
+@posix
+def test_contending_processes_exclude_each_other_while_lock_files_come_and_go(tmp_path):
+    out, marker = tmp_path / "run", tmp_path / "inside"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _CONTEND, str(out), str(marker), "150"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    results = [p.communicate(timeout=120) for p in procs]
+    for p, (stdout, stderr) in zip(procs, results):
+        assert p.returncode == 0, stderr  # a FileExistsError on the marker: two holders at once
+        assert stdout.strip() == "150"
+    assert list(tmp_path.iterdir()) == []
