@@ -58,7 +58,7 @@ format: $(STAMP)
 
 # configs/essay.yaml is written from the `essay` preset (tests/core/test_config.py checks they agree).
 essay-config: $(STAMP)
-	$(BIN)/python -c "from alilama_core.config import write_preset; write_preset('essay', 'configs/essay.yaml')"
+	$(BIN)/python -c "from alilama_core.engine.configs import write_preset; write_preset('essay', 'configs/essay.yaml')"
 
 bench: $(TEST_STAMP)
 	ALILAMA_BENCH_FULL=1 $(BIN)/python -m pytest benchmarks --benchmark-only \
