@@ -24,10 +24,14 @@ QUICKSTART_ARGS ?=
 .PHONY: install quickstart test lint format bench docs docs-serve fuzz native-tests ci clean essay-config figures
 
 $(STAMP): pyproject.toml CMakeLists.txt $(wildcard native/*.cpp native/*.hpp native/*.py) $(EXAMPLE_PLUGIN)/pyproject.toml
+	@echo "[setup 1/4] creating $(VENV) (once; later runs reuse it)"
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+	@echo "[setup 2/4] installing PyTorch $(TORCH_VERSION) (the largest download: a few minutes)"
 	$(BIN)/python -m pip install -q torch==$(TORCH_VERSION) $(TORCH_PIP_ARGS)
+	@echo "[setup 3/4] installing Alilama in editable mode (compiles the C++ tokenizer: a few minutes)"
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	@echo "[setup 4/4] installing the example plugin ($(EXAMPLE_PLUGIN))"
 	$(BIN)/python -m pip install -q -e $(EXAMPLE_PLUGIN)
 	@# test-only plugins that older versions of this Makefile installed into .venv
 	-$(BIN)/python -m pip uninstall -q -y $(notdir $(TEST_PLUGINS)) 2>/dev/null
@@ -46,6 +50,7 @@ quickstart: $(STAMP)
 	$(BIN)/alilama quickstart $(QUICKSTART_ARGS)
 
 test: $(TEST_STAMP)
+	@echo "running the test suite on $(TEST_WORKERS) process(es): about 15 minutes on two free CPU cores, longer on a busy machine"
 	$(BIN)/python -m pytest -q --benchmark-disable $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 
 lint: $(STAMP)

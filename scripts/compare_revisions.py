@@ -24,7 +24,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-CHILD = r"""
+# Loads Alilama from the source tree in argv[1] (not the editable install), with the installed native extensions.
+PRELUDE = r"""
 import json, os, sys, time
 sys.meta_path[:] = [f for f in sys.meta_path if not type(f).__module__.startswith('_editable')]
 tree = sys.argv[1]
@@ -36,6 +37,11 @@ class Extensions:
         if name in SO:
             return importlib.util.spec_from_file_location(name, SO[name], loader=importlib.machinery.ExtensionFileLoader(name, SO[name]))
 sys.meta_path.insert(0, Extensions())
+"""
+
+CHILD = (
+    PRELUDE
+    + r"""
 import torch
 torch.set_num_threads(int(os.environ.get('THREADS', '2')))
 import alilama_core
@@ -69,6 +75,7 @@ elif what == 'generate':
     generate(model, prompts, settings)
     print(json.dumps({'seconds': time.perf_counter() - start}))
 """
+)
 
 
 def extensions() -> dict[str, str]:

@@ -19,6 +19,18 @@ from alilama_core.kit.common import tiny_model_config
 
 SCHEMES = ["alibi", "rope", "learned", "nope"]
 
+# `alilama train` arguments for a tiny text run that evaluates and checkpoints often (add train.max_steps).
+TINY_TRAIN = [
+    "--preset",
+    "tiny",
+    "--no-progress",
+    "model.vocab_size=300",
+    "train.sample_prompts=[Once]",
+    "train.eval_every=4",
+    "train.checkpoint_every=2",
+    "train.log_every=1",
+]
+
 
 def tiny_config(**overrides) -> ModelConfig:
     """The conformance kit's tiny model (2 layers, 4 heads of 8), with room for 1,024 positions."""

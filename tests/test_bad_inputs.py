@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from alilama_testing import TINY_TRAIN
 from typer.testing import CliRunner
 
 from alilama_core.app.cli import get_app
@@ -27,16 +28,7 @@ from alilama_core.runs.checkpoint import checkpoints
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKENIZER_ARGS = ["--vocab-size", "300", "--special", "<|endoftext|>"]
-TINY = [
-    "--preset",
-    "tiny",
-    "--no-progress",
-    "model.vocab_size=300",
-    "train.sample_prompts=[Once]",
-    "train.eval_every=4",
-    "train.checkpoint_every=2",
-    "train.log_every=1",
-]
+TINY = TINY_TRAIN
 
 
 def cli(*args: str, cwd: Path | None = None):
@@ -213,6 +205,14 @@ def _val_fraction_is(value: float):
         assert json.loads((ws / "data" / "meta.json").read_text())["val_fraction"] == value
 
     return check
+
+
+def _budget_run(ws: Path, out: str, seconds: int) -> None:
+    """A run trained by a time budget alone (``train.max_steps=null``) until it was spent."""
+    result = cli(
+        "train", *TINY, "train.max_steps=null", f"train.max_time={seconds}", "--data", "data", "--out", out, cwd=ws
+    )
+    assert result.exit_code == 0 and "stopped by the time budget" in result.output, result.output
 
 
 def _absent(path: str):
@@ -936,6 +936,35 @@ CASES += [
         "train.seed must be an integer >= 0",
         check=_absent("t"),
     ),
+    Case(
+        "train.max_steps=null without a time budget",
+        ["train", *TINY, "train.max_steps=null", "--data", "data", "--out", "t"],
+        1,
+        "train.max_steps is null, so training needs a time budget: set train.max_time",
+        check=_absent("t"),
+    ),
+    Case(
+        "train.max_time=0",
+        ["train", *TINY, "train.max_time=0", "--data", "data", "--out", "t"],
+        1,
+        "train.max_time must be a positive number of seconds or null",
+        check=_absent("t"),
+    ),
+    Case(
+        "train.evals_per_budget=-1",
+        ["train", *TINY, "train.max_time=60", "train.evals_per_budget=-1", "--data", "data", "--out", "t"],
+        1,
+        "train.evals_per_budget must be an integer >= 0",
+        check=_absent("t"),
+    ),
+    Case(
+        "resume a run that spent its time budget",
+        ["train", "--resume", "budget", "--no-progress"],
+        0,
+        "it spent its time budget, train.max_time=3 s",
+        keep=["budget/final/model.safetensors"],
+        setup=lambda ws: _budget_run(ws, "budget", 3),
+    ),
     Case("eval --seed negative", ["eval", "run", "--lengths", "4", "--seed=-1"], 1, "--seed must be an integer >= 0"),
     Case(
         "RoPE theta=abc",
@@ -1131,3 +1160,45 @@ def test_a_lock_where_nothing_can_be_written_names_the_folder(tmp_path):
         with exclusive_lock(tmp_path / "a-file" / "data", "data folder"):
             pass
     assert (tmp_path / "a-file").read_text() == "mine"
+
+
+# -- progress outside a terminal ------------------------------------------------------------------
+
+
+def test_prepare_outside_a_terminal_prints_plain_progress_lines(base, tmp_path):
+    import re
+
+    from alilama_testing import ok, run_cli
+
+    corpus, out = base / "corpus.txt", tmp_path / "data"
+    result = run_cli("data", "prepare", "--input", str(corpus), "--tokenizer", str(base / "tok"), "--out", str(out))
+    ok(result)
+    meta = json.loads((out / "meta.json").read_text())
+    documents = sum(s["documents"] for s in meta["splits"].values())
+    tokens = sum(s["tokens"] for s in meta["splits"].values())
+    assert f"encode: reading {corpus} ({corpus.stat().st_size:,} bytes)" in result.stderr
+    assert re.search(
+        rf"^encoded {documents:,} documents, [\d,]+ bytes, {tokens:,} tokens in [\d.]+ s$", result.stderr, re.M
+    )
+    assert "━" not in result.stderr + result.stdout  # no bar
+    assert f"wrote {out}" in " ".join(result.stdout.split())  # the summary stays on stdout (the console wraps it)
+
+
+def test_prepare_progress_lines_say_documents_bytes_and_tokens(capsys):
+    from alilama_core.app.commands import EncodeProgress
+    from alilama_core.app.prepare import SplitStats
+
+    splits = {"train": vars(SplitStats(tokens=500, bytes=1800, documents=9)), "val": vars(SplitStats(40, 200, 1))}
+    with EncodeProgress(["a.txt", "b/"], 2000, bar=False, every_s=0) as report:
+        report.update(SplitStats(tokens=270, bytes=1000, documents=5))
+        report.update(SplitStats(tokens=540, bytes=2000, documents=10))
+        report.finish({"splits": splits})
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "encode: reading a.txt, b/ (2,000 bytes)"
+    assert lines[1].startswith("encode: 5 documents, 1,000 bytes, 270 tokens (50% of the input), ")
+    assert lines[2].startswith("encode: 10 documents, 2,000 bytes, 540 tokens (100% of the input), ")
+    assert lines[3].startswith("encoded 10 documents, 2,000 bytes, 540 tokens in ")
+    assert len(lines) == 4
+    with EncodeProgress(["hf:roneneldan/TinyStories"], None, bar=False, every_s=3600) as report:
+        report.update(SplitStats(tokens=1, bytes=1, documents=1))  # too soon after the start: no line
+    assert capsys.readouterr().err.splitlines() == ["encode: reading hf:roneneldan/TinyStories"]

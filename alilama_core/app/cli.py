@@ -25,7 +25,9 @@ from alilama_core.app.common import (
     add_config_help,
     console,
     err_console,
+    help_examples,
     loud_warnings,
+    plain_line,
     resolve_config,
     warn_replacements,
 )
@@ -37,8 +39,17 @@ app = typer.Typer(
     help="Train, study and share small GPT-style language models.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    epilog=help_examples(
+        "alilama quickstart",
+        "alilama train --config configs/essay.yaml --data data/ --out runs/essay",
+        'alilama generate runs/essay --prompt "Once upon a time"',
+    ),
 )
-model_app = typer.Typer(help="Inspect model configurations.", no_args_is_help=True)
+model_app = typer.Typer(
+    help="Inspect model configurations.",
+    no_args_is_help=True,
+    epilog=help_examples("alilama model info --preset essay"),
+)
 app.add_typer(model_app, name="model")
 commands.register(app)  # data, train, eval, plot, quickstart
 add_config_help(app, "train")  # `alilama train --help` lists every config field with its default
@@ -49,7 +60,7 @@ from alilama_core.app.tasks import tasks_app  # noqa: E402
 app.add_typer(tasks_app, name="tasks")
 
 
-@app.command("plugins")
+@app.command("plugins", epilog=help_examples("alilama plugins", "alilama plugins --check --json"))
 def plugins_cmd(
     as_json: JsonOpt = False,
     check: Annotated[
@@ -127,7 +138,16 @@ def _print_plugins(rows: list[dict], failures: list[dict]) -> None:
         )
 
 
-@model_app.command("info", cls=ConfigHelpCommand, context_settings={"ignore_unknown_options": True})
+@model_app.command(
+    "info",
+    cls=ConfigHelpCommand,
+    context_settings={"ignore_unknown_options": True},
+    epilog=help_examples(
+        "alilama model info --preset essay",
+        "alilama model info --preset essay model.positional=rope model.n_layers=4",
+        "alilama model info --config configs/essay.yaml --json",
+    ),
+)
 def model_info(
     config: ConfigOpt = None,
     preset: PresetOpt = None,
@@ -166,7 +186,14 @@ def model_info(
     console.print(f"bias memory: {report['bias_memory']}", highlight=False, markup=False, soft_wrap=True)
 
 
-@app.command("generate")
+@app.command(
+    "generate",
+    epilog=help_examples(
+        'alilama generate runs/essay --prompt "Once upon a time" --top-k 40',
+        'alilama generate runs/essay --prompt "Once" --num-samples 3 --seed 0',
+        "alilama generate runs/essay --prompt-file prompt.txt -n 100 -t 0",
+    ),
+)
 def generate_cmd(
     run: Annotated[str, typer.Argument(help="Run folder (uses RUN/final, else the latest checkpoint).")],
     prompt: Annotated[Optional[str], typer.Option("--prompt", help="Prompt text; '-' reads stdin.")] = None,
@@ -243,12 +270,7 @@ def generate_cmd(
             attention=attention,
             force_attention=force_attention,
         )
-    err_console.print(
-        commands.describe_loaded(loaded, where, n_threads, ("short", "decode")),
-        highlight=False,
-        markup=False,
-        soft_wrap=True,
-    )
+    plain_line(commands.describe_loaded(loaded, where, n_threads, ("short", "decode")))
     from alilama_core.engine.generation import position_room
 
     room = position_room(loaded.model, len(loaded.tokenizer.encode(text, allowed_special="all")) or 1)
@@ -262,7 +284,7 @@ def generate_cmd(
     for i in range(num_samples):
         if num_samples > 1:
             if plain:
-                err_console.print(f"sample {i + 1}/{num_samples}", highlight=False, markup=False, soft_wrap=True)
+                plain_line(f"sample {i + 1}/{num_samples}")  # in a terminal, the headers on stdout show it
             sys.stdout.write(f"--- sample {i + 1} ---\n")
         sample = replace(settings, seed=None if seed is None else seed + i)
         sys.stdout.write(text)
@@ -274,9 +296,7 @@ def generate_cmd(
         sys.stdout.write("\n")
         sys.stdout.flush()
         if not generated:
-            err_console.print(
-                f"note: {_why_nothing(max_new_tokens, room)}", highlight=False, markup=False, soft_wrap=True
-            )
+            plain_line(f"note: {_why_nothing(max_new_tokens, room)}")
 
 
 def _why_nothing(max_new_tokens: int, room: int | None) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -14,17 +15,36 @@ from alilama_core.app.common import (
     JsonOpt,
     OverridesArg,
     PresetOpt,
+    StepProgress,
     console,
+    err_console,
+    help_examples,
     loud_warnings,
+    plain_line,
     resolve_config,
+    show_bar,
     warn_replacements,
 )
 from alilama_core.contracts.errors import AlilamaError
 
-data_app = typer.Typer(help="Prepare and download training data.", no_args_is_help=True)
+data_app = typer.Typer(
+    help="Prepare and download training data.",
+    no_args_is_help=True,
+    epilog=help_examples(
+        "alilama data download tinystories",
+        "alilama data prepare --input corpus.txt --tokenizer tok/ --out data/",
+    ),
+)
 
 
-@data_app.command("prepare")
+@data_app.command(
+    "prepare",
+    epilog=help_examples(
+        "alilama data prepare --input corpus.txt --tokenizer tok/ --out data/",
+        "alilama data prepare -i books/ -i notes.jsonl --tokenizer tok/ -o data/",
+        "alilama data prepare -i corpus.txt --tokenizer tok/ -o data/ --no-progress",
+    ),
+)
 def data_prepare(
     input: Annotated[
         list[str], typer.Option("--input", "-i", help="Text/JSONL file, folder, or hf:NAME (repeatable).")
@@ -40,21 +60,19 @@ def data_prepare(
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the train/val assignment.")] = 0,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output folder.")] = False,
+    progress: Annotated[
+        bool,
+        typer.Option(
+            "--progress/--no-progress",
+            help="A progress bar in a terminal (--no-progress, or outside a terminal: a line every few seconds).",
+        ),
+    ] = True,
 ) -> None:
     """Encode documents into memory-mapped train/val token files plus meta.json."""
-    from rich.progress import (
-        BarColumn,
-        DownloadColumn,
-        Progress,
-        TextColumn,
-        TransferSpeedColumn,
-    )
-
     from alilama_core.app.prepare import prepare
 
     total = sum(Path(p).stat().st_size for p in input if Path(p).is_file()) or None
-    with Progress(TextColumn("encode"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), console=console) as bar:
-        task = bar.add_task("encode", total=total)
+    with EncodeProgress(input, total, progress) as report:
         meta = prepare(
             input,
             tokenizer,
@@ -66,8 +84,9 @@ def data_prepare(
             seed=seed,
             threads=threads,
             overwrite=overwrite,
-            progress=lambda n: bar.advance(task, n),
+            progress=report.update,
         )
+        report.finish(meta)
     for name, s in meta["splits"].items():
         console.print(
             f"{name}: {s['documents']:,} documents, {s['tokens']:,} tokens, {s['bytes']:,} bytes "
@@ -83,7 +102,75 @@ def data_prepare(
     console.print(f"wrote {out} ({meta['dtype']})", highlight=False)
 
 
-@data_app.command("download")
+ENCODE_LINE_EVERY_S = 5.0
+"""Outside a terminal, ``data prepare`` prints a progress line at most this often."""
+
+
+class EncodeProgress:
+    """``data prepare``'s progress on stderr: in a terminal, a rich bar of the input's bytes; else plain lines.
+
+    The plain lines: one when encoding starts, one at most every ``every_s`` seconds with the documents,
+    bytes and tokens done so far (``update`` is called after each batch), and one at the end (``finish``).
+    """
+
+    def __init__(
+        self, inputs: list[str], total_bytes: int | None, bar: bool = True, every_s: float = ENCODE_LINE_EVERY_S
+    ) -> None:
+        self.inputs, self.total, self.every_s = inputs, total_bytes, every_s
+        self.started = self.last_line = time.monotonic()
+        self._bar = self._task = None
+        if show_bar(bar):
+            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+            self._bar = Progress(
+                TextColumn("encode"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), console=err_console
+            )
+
+    def __enter__(self) -> EncodeProgress:
+        if self._bar is not None:
+            self._bar.start()
+            self._task = self._bar.add_task("encode", total=self.total)
+        else:
+            size = f" ({self.total:,} bytes)" if self.total else ""
+            plain_line(f"encode: reading {', '.join(self.inputs)}{size}")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+    def _elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def update(self, done) -> None:
+        """``done``: the documents, bytes and tokens encoded so far (a ``SplitStats`` of both splits)."""
+        if self._bar is not None:
+            self._bar.update(self._task, completed=done.bytes)
+            return
+        if time.monotonic() - self.last_line < self.every_s:
+            return
+        self.last_line = time.monotonic()
+        share = f" ({min(1.0, done.bytes / self.total):.0%} of the input)" if self.total else ""
+        plain_line(
+            f"encode: {done.documents:,} documents, {done.bytes:,} bytes, {done.tokens:,} tokens{share}, "
+            f"{self._elapsed():.0f} s"
+        )
+
+    def finish(self, meta: dict) -> None:
+        """The last plain line: what was encoded, from the meta dict ``prepare`` returns (the bar: full)."""
+        if self._bar is not None:
+            if self.total:  # counted in the text's bytes, not the files' (separators, JSON): all read now
+                self._bar.update(self._task, completed=self.total)
+            return
+        splits = meta["splits"].values()
+        documents, size, tokens = (sum(s[key] for s in splits) for key in ("documents", "bytes", "tokens"))
+        plain_line(f"encoded {documents:,} documents, {size:,} bytes, {tokens:,} tokens in {self._elapsed():.1f} s")
+
+
+@data_app.command(
+    "download",
+    epilog=help_examples("alilama data download tinystories", "alilama data download tinystories --split valid"),
+)
 def data_download(
     name: Annotated[str, typer.Argument(help="Dataset: tinystories.")],
     split: Annotated[str, typer.Option("--split", help="train, valid, or all.")] = "all",
@@ -301,7 +388,22 @@ def eval_cmd(
 
         if device.strip().lower() == "cuda":
             raise AlilamaError("--device cuda is not supported for task runs yet; they are scored on cpu")
-        return task_eval(run, task, lengths, examples, seed, attention, as_json, force_attention, not no_verify)
+
+        def on_task_run_loaded(loaded) -> None:
+            plain_line(describe_loaded(loaded, "cpu", n_threads, ("short",)))
+
+        return task_eval(
+            run,
+            task,
+            lengths,
+            examples,
+            seed,
+            attention,
+            as_json,
+            force_attention,
+            not no_verify,
+            on_loaded=on_task_run_loaded,
+        )
     from dataclasses import asdict
 
     from rich.table import Table
@@ -320,44 +422,17 @@ def eval_cmd(
             raise AlilamaError(f"eval file {file!r} does not exist")
     from contextlib import ExitStack
 
-    from alilama_core.app.common import err_console
-
-    bar = None
     with ExitStack() as stack:
-        if progress and err_console.is_terminal:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            bar = stack.enter_context(
-                Progress(
-                    TextColumn("{task.description}"),
-                    BarColumn(),
-                    MofNCompleteColumn(),
-                    TimeElapsedColumn(),
-                    console=err_console,
-                    transient=True,
-                )
-            )
-        bar_task = None
+        steps: StepProgress | None = None
 
         def on_loaded(loaded, eval_lengths) -> None:
-            nonlocal bar_task
+            nonlocal steps
             shapes = ("short", "long") if max(eval_lengths) >= 1024 else ("short",)
-            err_console.print(
-                describe_loaded(loaded, where, n_threads, shapes), highlight=False, markup=False, soft_wrap=True
-            )
-            if bar is not None:
-                bar_task = bar.add_task("eval", total=len(data) * len(eval_lengths))
+            plain_line(describe_loaded(loaded, where, n_threads, shapes))
+            steps = stack.enter_context(StepProgress("eval", len(data) * len(eval_lengths), progress))
 
         def on_step(done: int, total: int, file: str, length: int) -> None:
-            if bar is not None:
-                bar.update(bar_task, completed=done, description=f"eval {Path(file).name} at context {length}")
-            else:
-                err_console.print(
-                    f"eval {done + 1}/{total}: {Path(file).name} at context {length:,}",
-                    highlight=False,
-                    markup=False,
-                    soft_wrap=True,
-                )
+            steps.show(done + 1, f"{Path(file).name} at context {length:,}")
 
         with loud_warnings():
             rows = evaluate_run(
@@ -431,14 +506,20 @@ def quickstart_cmd(
     steps: Annotated[
         Optional[int], typer.Option("--steps", help="Training steps (default: fits the time budget).")
     ] = None,
-    minutes: Annotated[float, typer.Option("--minutes", help="Training time budget.")] = 3.5,
+    minutes: Annotated[
+        float,
+        typer.Option("--minutes", help="Time for the whole quickstart; training gets 1/1.15 of it (train.max_time)."),
+    ] = 3.5,
     stories: Annotated[int, typer.Option("--stories", help="Built-in stories to generate.")] = 20000,
     overwrite: Annotated[
         bool, typer.Option("--overwrite/--no-overwrite", help="Replace the quickstart folder an earlier run wrote.")
     ] = True,
     threads: Annotated[
         Optional[int],
-        typer.Option("--threads", help="CPU threads for encoding and training (default: one per physical core)."),
+        typer.Option(
+            "--threads",
+            help="CPU threads for encoding and training (default: the physical cores other work leaves free).",
+        ),
     ] = None,
 ) -> None:
     """Train a tokenizer and a small ALiBi model, offline, then generate text."""
@@ -456,11 +537,33 @@ def quickstart_cmd(
     )
 
 
+TRAIN_EXAMPLES = help_examples(
+    "alilama train --config configs/essay.yaml --data data/ --out runs/essay",
+    "alilama train --data data/ --out runs/rope model.positional=rope",
+    "alilama train --resume runs/essay train.max_steps=4000",
+    "alilama train --task sort --out runs/sort task.lengths=1-8",
+)
+EVAL_EXAMPLES = help_examples(
+    "alilama eval runs/essay --data valid.txt --context-lengths 128,256,512",
+    "alilama eval runs/essay --data valid.txt --json > essay.json",
+    "alilama eval runs/sort --lengths 8,16,32",
+)
+PLOT_EXAMPLES = help_examples(
+    "alilama plot runs/essay runs/essay-rope",
+    "alilama plot runs/sort runs/sort-alibi --accuracy",
+    "alilama plot alibi.json rope.json --out bpb.png",
+)
+QUICKSTART_EXAMPLES = help_examples(
+    "alilama quickstart",
+    "alilama quickstart --out runs/quickstart --minutes 1 --threads 2",
+)
+
+
 def register(app: typer.Typer) -> None:
     """Add the pipeline's commands to the root app."""
     app.add_typer(data_app, name="data")
     # Unknown options are overrides too: `--model.n_layers=4` means model.n_layers=4.
-    app.command("train", context_settings={"ignore_unknown_options": True})(train_cmd)
-    app.command("eval")(eval_cmd)
-    app.command("plot")(plot_cmd)
-    app.command("quickstart")(quickstart_cmd)
+    app.command("train", context_settings={"ignore_unknown_options": True}, epilog=TRAIN_EXAMPLES)(train_cmd)
+    app.command("eval", epilog=EVAL_EXAMPLES)(eval_cmd)
+    app.command("plot", epilog=PLOT_EXAMPLES)(plot_cmd)
+    app.command("quickstart", epilog=QUICKSTART_EXAMPLES)(quickstart_cmd)

@@ -81,6 +81,64 @@ ForceAttentionOpt = Annotated[
 ]
 
 
+def plain_line(text: str) -> None:
+    """One line on stderr as written: no markup, no highlighting, never wrapped (logs and pipes read it whole)."""
+    err_console.print(text, highlight=False, markup=False, soft_wrap=True)
+
+
+def show_bar(progress: bool) -> bool:
+    """Whether to draw a rich progress bar: ``--progress`` (the default) and stderr is a terminal."""
+    return progress and err_console.is_terminal
+
+
+class StepProgress:
+    """Progress through a known number of steps on stderr: a rich bar in a terminal, else a line per step.
+
+    ``show(number, text)`` says that step ``number`` (from 1) is under way, ``show(number, text, done=True)``
+    that it is finished; without a bar (``bar=False``: ``--no-progress``, or stderr is not a terminal) each
+    call prints ``NAME number/total: text``. Use it as a context manager (the bar is removed at the end).
+    """
+
+    def __init__(self, name: str, total: int, bar: bool = True) -> None:
+        self.name, self.total = name, total
+        self._bar = self._task = None
+        if show_bar(bar):
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._bar = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=err_console,
+                transient=True,
+            )
+
+    def __enter__(self) -> StepProgress:
+        if self._bar is not None:
+            self._bar.start()
+            self._task = self._bar.add_task(self.name, total=self.total)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+    def next_done(self):
+        """A callback ``on_step(text)`` that marks the next step (1, 2, ...) finished with ``text``."""
+        import itertools
+
+        number = itertools.count(1)
+        return lambda text: self.show(next(number), text, done=True)
+
+    def show(self, number: int, text: str, done: bool = False) -> None:
+        if self._bar is None:
+            plain_line(f"{self.name} {number}/{self.total}: {text}")
+        else:
+            completed = number if done else number - 1
+            self._bar.update(self._task, completed=completed, description=f"{self.name}: {escape(text)}")
+
+
 @contextmanager
 def loud_warnings():
     """Print Alilama's warnings raised inside the block as ``warning:`` lines on stderr (others pass on)."""
@@ -119,7 +177,17 @@ def warn_replacements() -> list[str]:
     return notes
 
 
-# -- help that teaches: every config field with its default, generated from the dataclasses ----------
+# -- help that teaches: examples, and every config field with its default ------------------------------
+
+
+def help_examples(*lines: str) -> str:
+    """A command's epilog: its example command lines under ``Examples:``, one per line.
+
+    The ``\\b`` line keeps click's plain formatter from joining the lines (rich drops it). Keep each line
+    to 75 characters, to print whole in an 80-column terminal: tests/core/test_help.py checks that every command
+    has examples, that they print on one line each, and that they parse.
+    """
+    return "\b\nExamples:\n" + "\n".join(f"  {escape(line)}" for line in lines)
 
 
 def _yaml_value(value) -> str:
@@ -214,11 +282,12 @@ def config_help() -> str:
 
 
 class ConfigHelpCommand(TyperCommand):
-    """A command whose ``--help`` ends with ``config_help()``, built only when help is shown."""
+    """A command whose ``--help`` ends with ``config_help()`` (after its examples), built only when help is shown."""
 
     def format_help(self, ctx, formatter):
-        if not self.epilog:
-            self.epilog = config_help()
+        if not getattr(self, "_config_help_added", False):
+            self.epilog = "\n\n".join(part for part in (self.epilog, config_help()) if part)
+            self._config_help_added = True
         return super().format_help(ctx, formatter)
 
 

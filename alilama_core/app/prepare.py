@@ -28,7 +28,7 @@ import os
 import random
 import shutil
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -246,6 +246,12 @@ class SplitStats:
     bytes: int = 0
     documents: int = 0
 
+    @classmethod
+    def total(cls, stats) -> SplitStats:
+        """The sum of several ``SplitStats`` (train and val)."""
+        stats = list(stats)
+        return cls(**{f.name: sum(getattr(s, f.name) for s in stats) for f in fields(cls)})
+
 
 def prepare(
     inputs: Sequence[str],
@@ -259,9 +265,12 @@ def prepare(
     threads: int | None = None,
     batch_documents: int = 2048,
     overwrite: bool = False,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[SplitStats], None] | None = None,
 ) -> dict:
-    """Encode ``inputs`` into ``out``; returns the meta dict. ``progress(bytes)`` is called per batch.
+    """Encode ``inputs`` into ``out``; returns the meta dict.
+
+    ``progress(done)`` is called after each batch with the documents, bytes and tokens encoded so far
+    (a ``SplitStats`` of both splits together).
 
     Every argument is checked before anything is read or written.
     """
@@ -328,7 +337,6 @@ def _encode_into(
 
         def flush() -> None:
             encoded = tokenizer.encode_batch([text for text, _, _ in batch], threads=threads, allowed_special="none")
-            size = 0
             for i, ((text, split, last), ids) in enumerate(zip(batch, encoded)):
                 arr = np.asarray(ids, dtype=dtype)
                 encoded[i] = None  # free each piece's ids as soon as they are written
@@ -337,12 +345,10 @@ def _encode_into(
                 files[split].write(arr.tobytes())  # Python's write keeps the errno of a full disk; tofile does not
                 s = stats[split]
                 s.tokens += arr.size
-                n = len(text.encode("utf-8"))
-                s.bytes += n
+                s.bytes += len(text.encode("utf-8"))
                 s.documents += last
-                size += n
             if progress:
-                progress(size)
+                progress(SplitStats.total(stats.values()))
             batch.clear()
 
         split = None

@@ -15,22 +15,22 @@ from typing import Annotated
 
 import typer
 
-from alilama_core.app.common import JsonOpt, console
+from alilama_core.app.common import JsonOpt, console, help_examples
 from alilama_core.contracts.errors import AlilamaError
 from alilama_core.contracts.files import atomic_open, atomic_write_text
 
 EVAL_FILE = "task-eval.json"
 
 tasks_app = typer.Typer(
-    help="Algorithmic tasks (copy, sort, addition, ...) to train and test models on.", no_args_is_help=True
+    help="Algorithmic tasks (copy, sort, addition, ...) to train and test models on.",
+    no_args_is_help=True,
+    epilog=help_examples("alilama tasks list", "alilama train --task sort --out runs/sort task.lengths=1-8"),
 )
 
 
-@tasks_app.command("list")
+@tasks_app.command("list", epilog=help_examples("alilama tasks list", "alilama tasks list --json"))
 def tasks_list(as_json: JsonOpt = False) -> None:
     """List registered tasks: name, plugin, options and an example."""
-    import numpy as np
-
     from alilama_core.engine.registry import get_registry
 
     reg = get_registry()
@@ -47,7 +47,7 @@ def tasks_list(as_json: JsonOpt = False) -> None:
         }
         try:
             task = reg.get("task", name)()
-            prompt, answer = task.example(min(4, task.max_length or 4), np.random.default_rng(0))
+            prompt, answer = telling_example(task, name, min(EXAMPLE_LENGTH, task.max_length or EXAMPLE_LENGTH))
             row.update(
                 options=dict(task.options),
                 example=f"{''.join(prompt)}={''.join(answer)}",
@@ -62,12 +62,41 @@ def tasks_list(as_json: JsonOpt = False) -> None:
     from rich.table import Table
 
     table = Table(title="Alilama tasks")
-    for col in ("task", "plugin", "example (length 4)", "options", "description"):
+    for col in ("task", "plugin", f"example (length {EXAMPLE_LENGTH})", "options", "description"):
         table.add_column(col)
     for r in rows:
         options = ", ".join(f"{k}={v}" for k, v in r["options"].items())
         table.add_row(r["name"], r["plugin"], r.get("error") or r["example"], options, r["description"])
     console.print(table, markup=False, highlight=False)
+
+
+EXAMPLE_LENGTH = 4
+EXAMPLE_TRIES = 32
+"""Examples ``telling_example`` draws at most before it settles for the best so far."""
+
+
+def telling_example(task, name: str, length: int) -> tuple[list[str], list[str]]:
+    """An example of ``task`` that shows what it does: ``(prompt, answer)``.
+
+    Drawn from a generator seeded by the task's name, so that tasks which draw alike (sort and
+    reverse) show different prompts, each always the same one. Of up to ``EXAMPLE_TRIES`` draws it
+    keeps the first whose answer differs from the prompt and from the prompt backwards (a sort that
+    is no reversal); failing that, one whose answer differs from the prompt (reverse: no palindrome).
+    """
+    import zlib
+
+    import numpy as np
+
+    rng = np.random.default_rng(zlib.crc32(name.encode("utf-8")))
+    best, best_score = None, (False, False)
+    for _ in range(EXAMPLE_TRIES):
+        prompt, answer = task.example(length, rng)
+        score = (list(answer) != list(prompt), list(answer) != list(prompt)[::-1])
+        if best is None or score > best_score:
+            best, best_score = (prompt, answer), score
+        if all(score):
+            break
+    return best
 
 
 # -- train ------------------------------------------------------------------------------------
@@ -118,38 +147,40 @@ def task_eval(
     as_json: bool,
     force_attention: bool = False,
     verify: bool = True,
+    on_loaded=None,
 ) -> None:
-    """Score a task run at each length; print a table or JSON and keep ``RUN/task-eval.json``."""
+    """Score a task run at each length; print a table or JSON and keep ``RUN/task-eval.json``.
+
+    ``on_loaded(loaded)`` is called once the run is loaded (on cpu), before it is scored.
+    """
     from alilama_core.contracts.task import parse_length_list, parse_lengths
     from alilama_core.engine import configs as cfgmod
-    from alilama_core.runs.tasks import check_eval_size, evaluate_task_run, get_task
+    from alilama_core.runs.checkpoint import load_run
+    from alilama_core.runs.tasks import check_eval_size, evaluate_task, get_task, run_task
 
     path = Path(run)
     if not (path / "config.yaml").is_file():
         raise AlilamaError(f"{run!r} is not an Alilama run folder (no config.yaml)")
     cfg = cfgmod.load(path / "config.yaml")
-    if not cfg.task.name:
-        raise AlilamaError(
-            f"{run!r} was trained on text: give --data FILE to score it (--task and --lengths are for task runs)"
-        )
+    run_task(run, cfg, task)  # a text run, or another task, is refused before the weights load
     lo, hi = parse_lengths(cfg.task.lengths)
     wanted = parse_length_list(lengths) if lengths else [hi, 2 * hi, 4 * hi]
     if examples < 1:
         raise AlilamaError(f"--examples must be positive, got {examples}")
-    check_eval_size(get_task(cfg.task.name, cfg.task.options), wanted, examples)  # before the run is loaded
+    built = get_task(cfg.task.name, cfg.task.options)
+    check_eval_size(built, wanted, examples)  # before the run is loaded
     from alilama_core.app.common import loud_warnings
 
     with loud_warnings():
-        built, rows = evaluate_task_run(
+        loaded = load_run(
             run,
-            wanted,
-            task=task,
-            examples=examples,
-            seed=seed,
             attention=None if attention in (None, "auto") else attention,
             force_attention=force_attention,
             verify=verify,
         )
+        if on_loaded is not None:
+            on_loaded(loaded)
+        rows = evaluate_task(loaded.model, built, wanted, examples, cfg.task.seed if seed is None else seed)
     result = {
         "run": str(path),
         "task": built.name,

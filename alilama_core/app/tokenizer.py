@@ -21,12 +21,16 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from alilama_core.app.common import clean_errors, console, err_console
+from alilama_core.app.common import clean_errors, console, err_console, help_examples
 from alilama_core.contracts.errors import TokenizerError
 
 tokenizer_app = typer.Typer(
     no_args_is_help=True,
     help="Train, encode, decode and inspect tokenizers (any registered kind; default bpe).",
+    epilog=help_examples(
+        "alilama tokenizer train --input corpus.txt --vocab-size 4096 --out tok/",
+        "alilama tokenizer info --tokenizer tok/",
+    ),
 )
 
 TokenizerDir = Annotated[
@@ -97,7 +101,12 @@ def parse_options(items: list[str] | None) -> dict[str, Any]:
     return options
 
 
-@tokenizer_app.command()
+@tokenizer_app.command(
+    epilog=help_examples(
+        "alilama tokenizer train --input corpus.txt --vocab-size 4096 --out tok/",
+        "alilama tokenizer train -i corpus.txt -v 4096 -o tok/ -s '<|endoftext|>'",
+    )
+)
 @_clean_errors
 def train(
     input: Annotated[list[Path], typer.Option("--input", "-i", help="UTF-8 text file(s) to learn from.")],
@@ -190,7 +199,12 @@ def _show(value: Any) -> str:
     return str(value)
 
 
-@tokenizer_app.command()
+@tokenizer_app.command(
+    epilog=help_examples(
+        'alilama tokenizer encode --tokenizer tok/ "Once upon a time"',
+        "alilama tokenizer encode --tokenizer tok/ --input story.txt --out ids.npy",
+    )
+)
 @_clean_errors
 def encode(
     tokenizer: TokenizerDir,
@@ -222,7 +236,12 @@ def encode(
         console.print(" ".join(str(int(i)) for i in ids), highlight=False, soft_wrap=True)
 
 
-@tokenizer_app.command()
+@tokenizer_app.command(
+    epilog=help_examples(
+        "alilama tokenizer decode --tokenizer tok/ 425 436 258",
+        "alilama tokenizer decode --tokenizer tok/ --input ids.npy",
+    )
+)
 @_clean_errors
 def decode(
     tokenizer: TokenizerDir,
@@ -257,7 +276,9 @@ def _read_ids(path: Path) -> list[int]:
         raise TokenizerError(f"cannot read ids from {path}: {e}") from None
 
 
-@tokenizer_app.command()
+@tokenizer_app.command(
+    epilog=help_examples("alilama tokenizer info --tokenizer tok/", "alilama tokenizer info --tokenizer tok/ --show 20")
+)
 @_clean_errors
 def info(
     tokenizer: TokenizerDir,

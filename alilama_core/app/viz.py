@@ -14,8 +14,9 @@ from alilama_core.app.common import (
     OverridesArg,
     PresetOpt,
     console,
-    err_console,
+    help_examples,
     loud_warnings,
+    plain_line,
     resolve_config,
 )
 from alilama_core.contracts.errors import AlilamaError
@@ -24,6 +25,10 @@ from alilama_core.contracts.limits import describe, limit
 viz_app = typer.Typer(
     help="Draw what a model does: attention maps, the tape, positional terms.",
     no_args_is_help=True,
+    epilog=help_examples(
+        'alilama viz attention runs/essay --prompt "Once upon a time" --out viz/',
+        "alilama viz positional --preset essay",
+    ),
 )
 
 
@@ -106,7 +111,13 @@ def attention_pictures(
     return written
 
 
-@viz_app.command("attention")
+@viz_app.command(
+    "attention",
+    epilog=help_examples(
+        'alilama viz attention runs/essay --prompt "Once upon a time" --out viz/',
+        'alilama viz attention runs/sort --prompt "52816=12568" --layer 0 --out viz/',
+    ),
+)
 def attention_cmd(
     run: Annotated[
         str,
@@ -146,9 +157,7 @@ def attention_cmd(
     where = choose_device(device)
 
     def on_loaded(loaded) -> None:
-        err_console.print(
-            describe_loaded(loaded, where, n_threads, ("short",)), highlight=False, markup=False, soft_wrap=True
-        )
+        plain_line(describe_loaded(loaded, where, n_threads, ("short",)))
 
     pictures = attention_pictures(
         run,
@@ -168,7 +177,13 @@ def attention_cmd(
         console.print(f"wrote {path}", highlight=False)
 
 
-@viz_app.command("positional")
+@viz_app.command(
+    "positional",
+    epilog=help_examples(
+        "alilama viz positional --preset essay",
+        "alilama viz positional --preset essay model.positional=rope --out rope.png",
+    ),
+)
 def positional_cmd(
     config: ConfigOpt = None,
     preset: PresetOpt = None,

@@ -98,10 +98,15 @@ class TrainConfig:
     """Global batch: sequences per optimiser step, summed over processes and accumulation."""
     micro_batch_size: int | None = None
     """Sequences per forward pass and process (``None``: the whole share); the rest is accumulation."""
-    max_steps: int = 2000
+    max_steps: int | None = 2000
+    """Optimiser steps to train; ``null`` with ``train.max_time``: as many as the time budget allows."""
     max_time: float | None = None
-    """A time budget: stop after this many seconds of training (counted across resumes), with a
-    checkpoint and a last evaluation; the default trainer lays its cosine schedule over it too."""
+    """A time budget in seconds of training (counted across resumes): the run stops when it is spent,
+    with a last evaluation and checkpoint at that step; the default trainer lays its schedule over it
+    (warm-up ends within a tenth of it, the cosine reaches ``min_lr`` at its end)."""
+    evals_per_budget: int = 4
+    """With ``train.max_time``: also evaluate, sample and checkpoint each time another 1/N of the budget
+    is spent, whatever the step rate (0: by steps only)."""
     lr: float = 3e-3
     min_lr: float = 3e-4
     warmup_steps: int = 100
@@ -119,22 +124,31 @@ class TrainConfig:
     """CPU threads torch uses per process (``None``: the physical cores this process may run on,
     divided among the processes of a machine under torchrun); ``--threads`` sets it."""
     log_every: int = 10
-    eval_every: int = 200
+    eval_every: int | None = 200
+    """Evaluate (and sample) every N steps; ``null``: only by the time budget and at the end."""
     eval_tokens: int = 65536
     """Val tokens per evaluation (non-overlapping windows); 0 evaluates all of them."""
     sample_every: int | None = None
     """Print and log samples every N steps (default: at every evaluation)."""
     sample_prompts: list[str] = field(default_factory=lambda: ["Once upon a time", "One day, a little"])
     sample_tokens: int = 48
-    checkpoint_every: int = 500
+    checkpoint_every: int | None = 500
+    """Checkpoint every N steps; ``null``: only by the time budget, at a new best and at the end."""
     keep_last: int = 2
     trainer: str = "default"
     trainer_options: dict[str, Any] = field(default_factory=dict)
     """The trainer's own settings (see its ``defaults``); unknown keys are an error."""
 
     def validate(self) -> "TrainConfig":
+        if self.max_steps is None and self.max_time is None:
+            raise ConfigError(
+                "train.max_steps is null, so training needs a time budget: set train.max_time (seconds), "
+                "or give train.max_steps, e.g. train.max_steps=2000"
+            )
         for name in ("batch_size", "max_steps", "log_every", "eval_every", "checkpoint_every", "keep_last"):
             value = getattr(self, name)
+            if value is None and name in ("max_steps", "eval_every", "checkpoint_every"):
+                continue
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"train.{name} must be a positive integer, got {value!r}")
         if self.micro_batch_size is not None and (self.micro_batch_size < 1 or self.batch_size % self.micro_batch_size):
@@ -173,6 +187,14 @@ class TrainConfig:
             raise ConfigError(f"train.dtype must be float32 or bfloat16, got {self.dtype!r}")
         if self.grad_clip is not None and self.grad_clip <= 0:
             raise ConfigError(f"train.grad_clip must be positive or null, got {self.grad_clip}")
+        if self.max_time is not None and self.max_time <= 0:
+            raise ConfigError(f"train.max_time must be a positive number of seconds or null, got {self.max_time}")
+        if (
+            isinstance(self.evals_per_budget, bool)
+            or not isinstance(self.evals_per_budget, int)
+            or self.evals_per_budget < 0
+        ):
+            raise ConfigError(f"train.evals_per_budget must be an integer >= 0, got {self.evals_per_budget!r}")
         return self
 
 

@@ -42,6 +42,24 @@ def default_threads() -> int:
     return max(1, physical_cores(usable_cpus()))
 
 
+def free_cores(sample_s: float = 0.5) -> int:
+    """Physical cores of this process's CPUs that other work leaves free now (at least 1).
+
+    Measured over ``sample_s`` seconds (``psutil``'s per-CPU busy share): a
+    core that another process keeps busy is taken away, so that no training
+    thread waits for it. What a newcomer's first run uses when no thread count
+    is given (``alilama quickstart``); training itself defaults to every core.
+    """
+    import psutil
+
+    cpus = usable_cpus()
+    shares = psutil.cpu_percent(interval=sample_s, percpu=True)
+    busy = sum(shares[c] for c in cpus if c < len(shares)) / 100.0  # logical CPUs' worth of other work
+    cores = default_threads()
+    per_core = len(cpus) / cores  # hyper-threads per core
+    return max(1, min(cores, round(cores - busy / per_core)))
+
+
 def choose_threads(requested: int | None) -> int:
     """``requested`` when given (a positive integer), else ``default_threads()``."""
     if requested is None:

@@ -143,10 +143,17 @@ class TaskStream:
         self.rng.bit_generator.state = state
 
 
-def eval_set(task, length: int, n: int, seed: int = 0) -> list[Example]:
-    """``n`` examples of exactly ``length``, the same for a task, length and seed on every machine."""
+def eval_set(task, length: int, n: int, seed: int = 0, split: str = "test") -> list[Example]:
+    """``n`` examples of exactly ``length``, the same for a task, length, seed and split on every machine.
+
+    ``split="test"``: the sets ``alilama eval`` scores; ``"val"``: the trainer's validation set, drawn
+    from a stream of its own so that no test score is of examples a run was validated on.
+    """
     check_lengths(task, [length])
-    rng = np.random.Generator(np.random.PCG64([seed, length, zlib.crc32(task.name.encode())]))
+    words = [seed, length, zlib.crc32(task.name.encode())]
+    if split != "test":  # the test sets keep the stream they have always had
+        words.append(zlib.crc32(split.encode()))
+    rng = np.random.Generator(np.random.PCG64(words))
     ids = {s: i for i, s in enumerate(task.vocabulary())}
     return [encode_example(task, *task.example(length, rng), ids) for _ in range(n)]
 
@@ -217,6 +224,21 @@ def evaluate_task(
     return rows
 
 
+def run_task(run: str | os.PathLike[str], config, task: str | None = None):
+    """The task config of ``run`` (whose config is ``config``); refuses a text run, or a ``task`` it was not trained on."""
+    tcfg = getattr(config, "task", None)
+    if tcfg is None or not tcfg.name:
+        raise ConfigError(
+            f"{str(run)!r} was trained on text, not a task (its config has no task.name): "
+            "score it on text (alilama eval RUN --data FILE)"
+        )
+    if task is not None and task != tcfg.name:
+        raise ConfigError(
+            f"{str(run)!r} was trained on task {tcfg.name!r}, not {task!r}; its vocabulary fits only its own task"
+        )
+    return tcfg
+
+
 def evaluate_task_run(
     run: str | os.PathLike[str],
     lengths: Sequence[int],
@@ -234,13 +256,7 @@ def evaluate_task_run(
     """
 
     loaded = load_run(run, checkpoint=checkpoint, attention=attention, force_attention=force_attention, verify=verify)
-    tcfg = getattr(loaded.config, "task", None)
-    if tcfg is None or not tcfg.name:
-        raise ConfigError(f"{str(run)!r} was not trained on a task (its config has no task.name)")
-    if task is not None and task != tcfg.name:
-        raise ConfigError(
-            f"{str(run)!r} was trained on task {tcfg.name!r}, not {task!r}; its vocabulary fits only its own task"
-        )
+    tcfg = run_task(run, loaded.config, task)
     built = get_task(tcfg.name, tcfg.options)
     rows = evaluate_task(loaded.model, built, lengths, examples, tcfg.seed if seed is None else seed)
     return built, rows
@@ -283,7 +299,7 @@ class TaskData:
             "vocab_size": len(self.task.vocabulary()),
             "tokenizer_hash": tokenizer_hash(self.dir / "tokenizer"),
         }
-        self.val = eval_set(self.task, self.lengths[1], cfg.task.val_examples, cfg.task.seed)
+        self.val = eval_set(self.task, self.lengths[1], cfg.task.val_examples, cfg.task.seed, split="val")
         self._stream: TaskStream | None = None
         self.tokenizer_dir = self.dir / "tokenizer"
         self.vocab_size = self.meta["vocab_size"]

@@ -287,23 +287,27 @@ class RunFolder:
 
         Falls back past corrupt checkpoints with a warning; ``None`` when the run
         has no checkpoint yet (it starts from step 0). Sets ``finished`` when the
-        run had already reached ``train.max_steps``; else records the resume.
+        run had already reached ``train.max_steps`` or spent its time budget; else records the resume.
         """
         state = self._load_latest(model, optimizer)
         step = state["step"] if state is not None else 0
         tcfg, saved = self.config.train, self.saved or self.check_resume()
-        if step > tcfg.max_steps:  # the config must never record fewer steps than the weights have had
+        if (
+            tcfg.max_steps is not None and step > tcfg.max_steps
+        ):  # the config must never record fewer steps than the weights have had
             raise ConfigError(
                 f"cannot resume with train.max_steps={tcfg.max_steps}: the run has already reached step "
                 f"{step}. Give train.max_steps={step} or more"
-                + (f" (or leave it out to keep {saved.train.max_steps})" if saved.train.max_steps >= step else "")
+                + (
+                    f" (or leave it out to keep {saved.train.max_steps})"
+                    if saved.train.max_steps is None or saved.train.max_steps >= step
+                    else ""
+                )
                 + "; to use an earlier state, pick a checkpoint with --checkpoint in generate, eval or export"
             )
-        if step >= tcfg.max_steps and (self.path / FINAL / WEIGHTS).is_file():
-            self.echo(
-                f"the run is finished: it reached train.max_steps={tcfg.max_steps} at step {step}; "
-                f"to train on, raise it (e.g. train.max_steps={2 * tcfg.max_steps})"
-            )
+        finished = _finished_by(tcfg, state or {})
+        if finished and (self.path / FINAL / WEIGHTS).is_file():
+            self.echo(f"the run is finished: {finished}")
             best = state["best"] if state is not None else {}
             done = {"val_loss": best["val_loss"]} if best.get("val_loss") is not None else {}
             self.finished = {"step": step, "finished": True, **done}
@@ -373,6 +377,8 @@ class RunFolder:
         return self._save(step_name(step), model, optimizer, state)
 
     def finish(self, model, state: dict[str, Any]) -> Path:
+        """The final weights, and in run.json what they are: their step, tokens and why training ended."""
+        self.record["final"] = {k: state[k] for k in ("step", "tokens", "time_s", "stopped") if k in state}
         return self._save(FINAL, model, None, state)
 
     def _save(self, name: str, model, optimizer, state: dict) -> Path:
@@ -421,3 +427,19 @@ class RunFolder:
             except OSError:  # every line was flushed when written: only a write that already failed is retried
                 pass
             self._metrics = None
+
+
+def _finished_by(tcfg, state: dict[str, Any]) -> str | None:
+    """Why a run whose newest checkpoint has ``state`` has nothing left to train, or ``None``."""
+    step = state.get("step", 0)
+    if tcfg.max_steps is not None and step >= tcfg.max_steps:
+        return (
+            f"it reached train.max_steps={tcfg.max_steps} at step {step}; "
+            f"to train on, raise it (e.g. train.max_steps={2 * tcfg.max_steps})"
+        )
+    if tcfg.max_time is not None and state.get("time_s", 0.0) >= tcfg.max_time:
+        return (
+            f"it spent its time budget, train.max_time={tcfg.max_time:g} s, at step {step}; "
+            f"to train on, raise it (e.g. train.max_time={2 * tcfg.max_time:g})"
+        )
+    return None

@@ -153,9 +153,22 @@ def register_commands(app):
     # ``from __future__ import annotations`` in this module.
     import typer
 
-    export_app = typer.Typer(help="Export a trained run to other formats.", no_args_is_help=True)
+    from alilama_core.app.common import help_examples
 
-    @export_app.command("hf")
+    export_app = typer.Typer(
+        help="Export a trained run to other formats.",
+        no_args_is_help=True,
+        epilog=help_examples("alilama export hf runs/essay out/essay-hf"),
+    )
+
+    @export_app.command(
+        "hf",
+        epilog=help_examples(
+            "alilama export hf runs/essay out/essay-hf",
+            "alilama export hf runs/essay out/essay-hf --format remote-code --force",
+            "alilama export hf runs/essay out/essay-hf --repo-id you/essay --license mit",
+        ),
+    )
     def export_hf(
         run: Annotated[str, typer.Argument(help="Run folder (uses RUN/final, else the latest checkpoint).")],
         out: Annotated[str, typer.Argument(help="Folder to write (config.json, model.safetensors, tokenizer, card).")],
@@ -182,24 +195,34 @@ def register_commands(app):
         force: Annotated[
             bool, typer.Option("--force", help="Replace an export that Alilama wrote in OUT (nothing else).")
         ] = False,
+        progress: Annotated[
+            bool,
+            typer.Option(
+                "--progress/--no-progress",
+                help="A progress bar in a terminal (--no-progress, or outside a terminal: a line per step).",
+            ),
+        ] = True,
     ) -> None:
         """Write a Hugging Face model folder: AutoModelForCausalLM and AutoTokenizer load it."""
+        from alilama_core.app.common import StepProgress
         from alilama_core.contracts.errors import AlilamaError
 
         try:
-            from alilama_hf.export import export, exported_format
+            from alilama_hf.export import EXPORT_STEPS, export, exported_format
         except ImportError as exc:
             raise AlilamaError(f"exporting needs the Hugging Face extras: pip install 'alilama[hf]' ({exc})") from None
-        path = export(
-            run,
-            out,
-            checkpoint=checkpoint,
-            repo_id=repo_id,
-            license=license,
-            datasets=dataset,
-            overwrite=force,
-            format=format,
-        )
+        with StepProgress("export", EXPORT_STEPS, progress) as steps:
+            path = export(
+                run,
+                out,
+                checkpoint=checkpoint,
+                repo_id=repo_id,
+                license=license,
+                datasets=dataset,
+                overwrite=force,
+                format=format,
+                on_step=steps.next_done(),
+            )
         files = ", ".join(sorted(p.name for p in path.iterdir() if not p.name.startswith(".")))
         typer.echo(f"exported {run} to {path} as {exported_format(path)}: {files}")
         if license is None:
@@ -207,7 +230,13 @@ def register_commands(app):
 
     app.add_typer(export_app, name="export")
 
-    @app.command("push")
+    @app.command(
+        "push",
+        epilog=help_examples(
+            "alilama push runs/essay --repo you/essay-alibi --license mit",
+            "alilama push runs/essay --repo you/essay --private --revision step-1000",
+        ),
+    )
     def push_cmd(
         run: Annotated[str, typer.Argument(help="Run folder to export and upload.")],
         repo: Annotated[str, typer.Option("--repo", help="Hub repository, USER/NAME (created if missing).")],
@@ -233,14 +262,19 @@ def register_commands(app):
             from alilama_hf.push import push
         except ImportError as exc:
             raise AlilamaError(f"pushing needs the Hugging Face extras: pip install 'alilama[hf]' ({exc})") from None
-        url = push(
-            run,
-            repo,
-            private=private,
-            revision=revision,
-            checkpoint=checkpoint,
-            license=license,
-            datasets=dataset,
-            format=format,
-        )
+        from alilama_core.app.common import StepProgress
+        from alilama_hf.export import EXPORT_STEPS
+
+        with StepProgress("push", EXPORT_STEPS + 1, True) as steps:  # the export's steps, then the upload
+            url = push(
+                run,
+                repo,
+                private=private,
+                revision=revision,
+                checkpoint=checkpoint,
+                license=license,
+                datasets=dataset,
+                format=format,
+                on_step=steps.next_done(),
+            )
         typer.echo(f"pushed {run} to https://huggingface.co/{repo}: {url}")

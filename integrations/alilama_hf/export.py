@@ -41,6 +41,7 @@ import os
 import re
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,8 @@ AUTO_MAP = {
     "AutoModelForSequenceClassification": "modeling_alilama.AlilamaForSequenceClassification",
 }
 FORMATS = ("auto", "native", "remote-code")
+EXPORT_STEPS = 5
+"""How many times ``export`` calls its ``on_step``: loaded, format, weights, tokenizer, model card."""
 NATIVE_TOLERANCE = 1e-4
 """Largest logit difference the export accepts between Alilama and the native architecture (seen: ~1e-6)."""
 SCHEME_TEXT = {
@@ -241,13 +244,16 @@ def export(
     datasets: list[str] | None = None,
     overwrite: bool = False,
     format: str = "auto",
+    on_step: Callable[[str], None] | None = None,
 ) -> Path:
     """Write the Hugging Face folder for ``run`` at ``out``; returns ``out``.
 
     ``format``: ``auto`` (native where exact, else remote code), ``native`` or
     ``remote-code``. ``license``: a Hub license id for the card (``None``: the
     card says that no license was given). ``overwrite`` (``--force``) replaces
-    an export Alilama wrote there (see ``check_export_folder``).
+    an export Alilama wrote there (see ``check_export_folder``). ``on_step(text)`` is called
+    ``EXPORT_STEPS`` times, once each step is done, with what it did (the run loaded, the format chosen,
+    the weights, the tokenizer, the model card).
 
     As with runs and data folders (``alilama_core.runs.outputs``), the folder is built
     beside ``out`` and swapped in when complete, under ``out``'s exclusive lock:
@@ -275,7 +281,14 @@ def export(
         check_export_folder(run, out, overwrite)  # again, under the lock
         with building(out, "hf", "export folder") as work:
             _write_export(
-                run, work, checkpoint=checkpoint, repo_id=repo_id, license=license, datasets=datasets, format=format
+                run,
+                work,
+                checkpoint=checkpoint,
+                repo_id=repo_id,
+                license=license,
+                datasets=datasets,
+                format=format,
+                on_step=on_step or (lambda text: None),
             )
     return out
 
@@ -340,13 +353,15 @@ def _write_export(
     license: str | None,
     datasets: list[str] | None,
     format: str,
+    on_step: Callable[[str], None],
 ) -> None:
-    """Write the folder's files into ``out``, a new empty folder."""
+    """Write the folder's files into ``out``, a new empty folder; ``on_step`` as in ``export``."""
     from transformers import GenerationConfig
 
     from alilama_core.runs.checkpoint import load_run
 
     loaded = load_run(run, checkpoint=checkpoint)
+    on_step(f"loaded {run} checkpoint {loaded.checkpoint.name}")
     backend = loaded.model.backend
     if not backend.exact:  # both formats compute the full causal softmax
         raise UnsupportedError(
@@ -365,6 +380,7 @@ def _write_export(
             f"the tokenizer has {tok.vocab_size} tokens but the model only {loaded.config.model.vocab_size}"
         )
     chosen, model, note = choose_format(loaded.model, tok, format)
+    on_step(f"format {chosen}: {note}")
     eot = tok.eot_id
     model.generation_config = GenerationConfig(bos_token_id=eot, eos_token_id=eot, pad_token_id=eot)
     if chosen == "remote-code":
@@ -378,7 +394,9 @@ def _write_export(
         shutil.copyfile(attention_math_source(), out / ATTENTION_MATH)
         _, _, source = plugin_module(model.config.positional)
         shutil.copyfile(source, out / f"{model.config.positional_module}.py")
+    on_step("wrote the weights and config.json" + (" and the model code" if chosen == "remote-code" else ""))
     write_tokenizer(tok, out, model_max_length=loaded.config.model.context_length)
+    on_step("converted the tokenizer: tokenizer.json, tokenizer_config.json, special_tokens_map.json")
     card = model_card(
         Path(run),
         loaded,
@@ -390,6 +408,7 @@ def _write_export(
         format_note=note,
     )
     (out / "README.md").write_text(card, encoding="utf-8")
+    on_step("wrote the model card: README.md")
 
 
 def exported_format(folder: str | os.PathLike[str]) -> str:
@@ -622,7 +641,7 @@ def model_card(
     ]
     lines += _data_lines(meta, datasets)
     lines += ["", "## Training", ""]
-    lines += _training_lines(raw, rows, loaded.checkpoint.name)
+    lines += _training_lines(raw, rows, loaded.checkpoint.name, _read_json(run / "run.json").get("final"))
     lines += ["", "## Evaluation", ""]
     lines += _eval_lines(rows, run)
     lines += [
@@ -723,6 +742,7 @@ def _data_lines(meta: dict | None, datasets: list[str]) -> list[str]:
 
 _TRAIN_KEYS = (
     "max_steps",
+    "max_time",
     "batch_size",
     "micro_batch_size",
     "lr",
@@ -737,7 +757,8 @@ _TRAIN_KEYS = (
 )
 
 
-def _training_lines(raw: dict, rows: list[dict], checkpoint: str) -> list[str]:
+def _training_lines(raw: dict, rows: list[dict], checkpoint: str, final: dict | None = None) -> list[str]:
+    """The card's training config and budget; ``final``: run.json's record of the final weights."""
     lines = []
     train = raw.get("train") if isinstance(raw.get("train"), dict) else {}
     budget = [f"`{k}` {train[k]}" for k in _TRAIN_KEYS if k in train and train[k] is not None]
@@ -753,6 +774,8 @@ def _training_lines(raw: dict, rows: list[dict], checkpoint: str) -> list[str]:
             done.append(_duration(last["elapsed_s"]))
         if isinstance(last.get("train_loss"), (int, float)):
             done.append(f"final train loss {last['train_loss']:.4f}")
+        if isinstance(final, dict) and final.get("stopped") == "time budget" and final.get("step") == last["step"]:
+            done.append(f"stopped by the time budget (`max_time` {train.get('max_time')} s)")
         lines += ([""] if lines else []) + ["Budget: " + ", ".join(done) + f" (weights from `{checkpoint}`)."]
     else:
         lines += ([""] if lines else []) + [

@@ -63,8 +63,12 @@ def push(
     datasets: list[str] | None = None,
     timeout: float = CHECK_TIMEOUT_S,
     format: str = "auto",
+    on_step=None,
 ) -> str:
-    """Export ``run`` and upload it to ``repo_id`` (created if needed); returns the commit URL."""
+    """Export ``run`` and upload it to ``repo_id`` (created if needed); returns the commit URL.
+
+    ``on_step(text)``: called after each of the export's steps and before the upload.
+    """
     if repo_id.count("/") != 1 or not all(repo_id.split("/")):
         raise HubError(f"--repo must look like USER/NAME, got {repo_id!r}")
     from alilama_hf.card_text import check_dataset_id, check_repo_id
@@ -89,7 +93,10 @@ def push(
             license=license,
             datasets=datasets,
             format=format,
+            on_step=on_step,
         )
+        if on_step is not None:
+            on_step(f"uploading to https://huggingface.co/{repo_id}")
         try:
             create_repo(repo_id, token=token, private=private, repo_type="model", exist_ok=True)
             if revision:

@@ -13,8 +13,14 @@ states and the sampler's position, metrics.jsonl) is written through the core's
 ``RunFolder`` (``alilama_core.runs.writer``) and the batches come from a
 ``DataSource`` (prepared text or a task): this module is the loop only. Resuming
 gives exactly the losses of an uninterrupted run on CPU. Ctrl-C or SIGTERM writes
-a checkpoint before exiting; with ``train.max_time`` the cosine is laid over the
-time budget, and the run ends at it with a checkpoint and a last evaluation.
+a checkpoint before exiting.
+
+With a time budget (``train.max_time``; ``train.max_steps`` may then be null)
+the run is planned by time, whatever the machine's step rate: warm-up ends
+within a tenth of the budget, the cosine reaches ``min_lr`` at its end,
+evaluations, samples and checkpoints come every ``1/train.evals_per_budget`` of
+it (as well as by steps), and the stop at the budget writes a last evaluation,
+its metrics row and the final checkpoint, all of the step the weights are from.
 """
 
 from __future__ import annotations
@@ -43,20 +49,56 @@ from alilama_core.runs.tokenizers import load_tokenizer
 from alilama_core.runs.writer import RunFolder
 
 
+# Under a time budget, warm-up ends after this share of it at the latest.
+BUDGET_WARMUP_SHARE = 0.1
+
+
 def lr_at(step: int, cfg, elapsed: float | None = None) -> float:
     """Linear warm-up to ``lr`` over ``warmup_steps``, then cosine decay to ``min_lr`` at ``max_steps``.
 
     With a time budget (``train.max_time``) and the seconds trained so far
-    (``elapsed``), the cosine is laid over the budget too: its progress is the
-    larger of the steps' and the time's, so ``min_lr`` is reached at the budget's end.
+    (``elapsed``), the schedule is laid over the budget too: warm-up ends at its
+    steps or at ``BUDGET_WARMUP_SHARE`` of the budget, whichever comes first, and
+    the cosine's progress is the larger of the steps' and the time's, so
+    ``min_lr`` is reached at the budget's end however fast the steps are.
     """
+    timed = elapsed is not None and cfg.max_time is not None
     if step < cfg.warmup_steps:
-        return cfg.lr * (step + 1) / cfg.warmup_steps
-    span = max(1, cfg.max_steps - cfg.warmup_steps)
-    progress = min(1.0, (step - cfg.warmup_steps) / span)
-    if elapsed is not None and cfg.max_time is not None:
+        warm = (step + 1) / cfg.warmup_steps
+        if timed:
+            warm = max(warm, elapsed / (BUDGET_WARMUP_SHARE * cfg.max_time))
+        if warm < 1.0:
+            return cfg.lr * warm
+    progress = 0.0
+    if cfg.max_steps is not None:
+        progress = max(0.0, min(1.0, (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps)))
+    if timed:
         progress = max(progress, min(1.0, elapsed / cfg.max_time))
     return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * progress))
+
+
+class BudgetMarks:
+    """The evaluations a time budget asks for: one each time another ``1/n`` of it is spent.
+
+    ``spent`` is the training time before this process (a resumed run keeps
+    its marks); ``due(elapsed)`` is true once per mark passed, never for the
+    same mark twice.
+    """
+
+    def __init__(self, budget: float | None, n: int, spent: float = 0.0) -> None:
+        self.every = budget / n if budget is not None and n > 0 else None
+        self.n = n
+        self.passed = self._count(spent)
+
+    def _count(self, elapsed: float) -> int:
+        return 0 if self.every is None else min(self.n, int(elapsed // self.every))
+
+    def due(self, elapsed: float) -> bool:
+        now = self._count(elapsed)
+        if now > self.passed:
+            self.passed = now
+            return True
+        return False
 
 
 def make_optimizer(model: torch.nn.Module, cfg) -> torch.optim.AdamW:
@@ -141,11 +183,14 @@ class DefaultTrainer(Trainer):
         from alilama_core.engine.generation import SamplingSettings, generate
 
         cfg = self.config.train
-        settings = SamplingSettings(max_new_tokens=cfg.sample_tokens, temperature=0.8, top_k=40, seed=step)
         was_training = model.training
         model.eval()
         out = []
-        for prompt in cfg.sample_prompts:
+        for i, prompt in enumerate(cfg.sample_prompts):
+            # a seed per prompt: an untrained model ignores its prompt, and one seed would repeat one text
+            settings = SamplingSettings(
+                max_new_tokens=cfg.sample_tokens, temperature=0.8, top_k=40, seed=step * 1000 + i
+            )
             ids = tokenizer.encode(prompt, allowed_special="none") or [tokenizer.eot_id]
             new = generate(model, [ids], settings, eot_id=tokenizer.eot_id)[0]
             out.append(prompt + tokenizer.decode(new))
@@ -191,18 +236,22 @@ class DefaultTrainer(Trainer):
         ]
         train_tokens = getattr(data, "train_tokens", None)
         if train_tokens is not None and len(train_tokens):
-            epochs = per_step * steps / len(train_tokens)
-            lines.append(
-                f"data: {len(train_tokens):,} train tokens; {steps:,} steps cover {epochs:.3g} epochs of the train split"
-            )
+            if steps is None:
+                covers = f"one epoch of the train split is {len(train_tokens) / per_step:,.0f} steps"
+            else:
+                covers = f"{steps:,} steps cover {per_step * steps / len(train_tokens):.3g} epochs of the train split"
+            lines.append(f"data: {len(train_tokens):,} train tokens; {covers}")
         else:  # a task: freshly generated examples, no epochs
+            over = "each step" if steps is None else f"{tcfg.batch_size * steps:,} over {steps:,} steps"
             lines.append(
-                f"data: task {getattr(data, 'name', '?')}: {tcfg.batch_size} examples per step, "
-                f"{tcfg.batch_size * steps:,} generated examples over {steps:,} steps"
+                f"data: task {getattr(data, 'name', '?')}: {tcfg.batch_size} freshly generated examples per step, "
+                + over
             )
         device = str(dist.device) + (f" x {dist.world} processes (DDP)" if dist.world > 1 else "")
         precision = "float32" if tcfg.dtype == "float32" else f"{tcfg.dtype} autocast"
-        budget = f" | time budget {tcfg.max_time:g} s" if tcfg.max_time is not None else ""
+        budget = ""
+        if tcfg.max_time is not None:
+            budget = f" | time budget {tcfg.max_time:g} s" + (" (it decides the steps)" if steps is None else "")
         lines.append(
             f"device {device} | threads {threads} per process | dtype {precision}"
             + (" | torch.compile" if tcfg.compile else "")
@@ -210,7 +259,7 @@ class DefaultTrainer(Trainer):
             + budget
         )
         if start:
-            lines.append(f"starting at step {start:,} of {steps:,}")
+            lines.append(f"starting at step {start:,}" + ("" if steps is None else f" of {steps:,}"))
         return lines
 
     def _fit(
@@ -250,6 +299,7 @@ class DefaultTrainer(Trainer):
             sampler.bit_generator.state = state["sampler"]
             spent = float(state.get("time_s", 0.0))
         budget = tcfg.max_time
+        marks = BudgetMarks(budget, tcfg.evals_per_budget, spent)
         train_model: torch.nn.Module = model
         if tcfg.compile:
             train_model = torch.compile(model)
@@ -264,7 +314,7 @@ class DefaultTrainer(Trainer):
         )
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         bar = self.show_progress and dist.main and sys.stdout.isatty()  # outside a terminal: plain lines
-        progress = _Progress(tcfg.max_steps, step, bar, self.echo if dist.main else None, tcfg.log_every)
+        progress = _Progress(tcfg.max_steps, step, bar, self.echo if dist.main else None, tcfg.log_every, budget)
         if dist.main:
             for line in self.banner(cfg, model, data, dist, threads, step):
                 progress.print(line)
@@ -272,16 +322,21 @@ class DefaultTrainer(Trainer):
         started = time.perf_counter()
         last_eval: dict[str, float] = {}
 
+        def trained_s() -> float:
+            """Seconds of training so far, across resumes."""
+            return spent + time.perf_counter() - started
+
         def checkpoint_state() -> dict:
             state = {"step": step, "tokens": tokens_seen, "best": best, "sampler": sampler.bit_generator.state}
             if budget is not None:  # the time trained so far, so a resumed run keeps its budget and schedule
-                state["time_s"] = spent + time.perf_counter() - started
+                state["time_s"] = trained_s()
             return state
 
         try:
             model.train()
-            while step < tcfg.max_steps:
-                lr = lr_at(step, tcfg, None if budget is None else spent + time.perf_counter() - started)
+            out_of_time = False
+            while tcfg.max_steps is None or step < tcfg.max_steps:
+                lr = lr_at(step, tcfg, None if budget is None else trained_s())
                 for group in opt.param_groups:
                     group["lr"] = lr
                 starts = data.draw(sampler, tcfg.batch_size)  # the same global batch on every rank
@@ -309,8 +364,10 @@ class DefaultTrainer(Trainer):
                 row: dict[str, Any] = {"step": step, "tokens": tokens_seen, "lr": lr, "train_loss": train_loss}
                 if grad_norm is not None:
                     row["grad_norm"] = grad_norm
-                out_of_time = budget is not None and spent + time.perf_counter() - started >= budget
-                evaluate_now = step % tcfg.eval_every == 0 or step == tcfg.max_steps or out_of_time
+                last = step == tcfg.max_steps
+                out_of_time = budget is not None and trained_s() >= budget
+                by_time = marks.due(trained_s())  # another 1/evals_per_budget of the budget is spent
+                evaluate_now = _every(step, tcfg.eval_every) or last or out_of_time or by_time
                 new_best = False
                 if evaluate_now and dist.main:
                     last_eval = data.evaluate(model)
@@ -318,9 +375,11 @@ class DefaultTrainer(Trainer):
                     progress.evaluation(step, last_eval)
                     if best["val_loss"] is None or last_eval["val_loss"] < best["val_loss"]:
                         best, new_best = {"val_loss": last_eval["val_loss"], "step": step}, True
-                sample_every = tcfg.sample_every or tcfg.eval_every
-                sample_now = dist.main and tcfg.sample_prompts and data.writes_samples
-                if sample_now and (step % sample_every == 0 or step == tcfg.max_steps):
+                if tcfg.sample_every is None:
+                    sample_due = evaluate_now
+                else:
+                    sample_due = step % tcfg.sample_every == 0 or last or out_of_time
+                if dist.main and tcfg.sample_prompts and data.writes_samples and sample_due:
                     row["samples"] = self.samples(model, tokenizer, step)
                     progress.print(f"step {step} samples:")
                     for text in row["samples"]:
@@ -328,33 +387,32 @@ class DefaultTrainer(Trainer):
                 elapsed = time.perf_counter() - started
                 left = None if budget is None else max(0.0, budget - spent - elapsed)
                 progress.update(step, train_loss, tokens_seen - tokens_at_start, elapsed, last_eval, lr, left)
-                if step % tcfg.log_every == 0 or "val_loss" in row or step == tcfg.max_steps:
+                if step % tcfg.log_every == 0 or "val_loss" in row or last:
                     row["elapsed_s"] = round(elapsed, 3)
                     writer.log(row)
-                if stop_at is not None and step >= stop_at and step < tcfg.max_steps:
+                if stop_at is not None and step >= stop_at and not last:
                     self._stop = f"stopped at step {stop_at} (--stop-at)"
                 stop = self._stop or ("time budget" if out_of_time else None)
-                if dist.main and (step % tcfg.checkpoint_every == 0 or stop or new_best or step == tcfg.max_steps):
+                if dist.main and (_every(step, tcfg.checkpoint_every) or stop or new_best or last or by_time):
                     writer.save_checkpoint(step, model, opt, checkpoint_state())
                     writer.prune(best["step"])
                 if stop:
                     if self._stop:
+                        progress.close()  # interrupted: the total stays what is left to train
                         progress.print(f"{self._stop}: checkpoint written at step {step}; resume with --resume")
-                        progress.close()
                         dist.barrier()
                         return {"step": step, "interrupted": self._stop, **last_eval}
                     break
+            done = {"stopped": "time budget"} if out_of_time and step != tcfg.max_steps else {}
             if dist.main:
                 if not last_eval:
                     last_eval = data.evaluate(model)
                     progress.evaluation(step, last_eval)
-                writer.finish(model, checkpoint_state())
-            timed_out = step < tcfg.max_steps  # the loop ended by the time budget
-            if timed_out:
+                writer.finish(model, {**checkpoint_state(), **done})
+            progress.close(step)
+            if done:
                 progress.print(f"stopped by the time budget (train.max_time={budget:.4g} s) at step {step}")
-            progress.close()
             dist.barrier()
-            done = {"stopped": "time budget"} if timed_out else {}
             return {"step": step, "tokens": tokens_seen, "train_loss": train_loss, **last_eval, **done}
         finally:
             for s, handler in previous.items():
@@ -395,6 +453,11 @@ def _attention_choice(model_cfg, model: GPT, device: torch.device, dtype: str) -
         return model_cfg.attention
 
 
+def _every(step: int, n: int | None) -> bool:
+    """Whether ``step`` falls on a cadence of every ``n`` steps (``None``: no cadence by steps)."""
+    return n is not None and step % n == 0
+
+
 def _clock(seconds: float) -> str:
     seconds = int(round(seconds))
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
@@ -415,11 +478,28 @@ def _check_training_memory(model_cfg, device: torch.device) -> None:
 
 
 class _Progress:
-    """A rich progress bar (step, loss, tokens/s, time left) that can be switched off."""
+    """A rich progress bar (step, loss, tokens/s, time left), or plain lines outside a terminal.
 
-    def __init__(self, total: int, start: int, enabled: bool, echo=None, log_every: int = 10) -> None:
+    ``total`` is ``train.max_steps``; under a time budget (``budget`` seconds,
+    ``total`` then a bound or ``None``) the total shown is the steps the budget
+    will allow at the rate so far, and at the end the steps that ran.
+    """
+
+    def __init__(
+        self,
+        total: int | None,
+        start: int,
+        enabled: bool,
+        echo=None,
+        log_every: int = 10,
+        budget: float | None = None,
+        console=None,
+    ) -> None:
         self.enabled, self.echo = enabled, echo
-        self.total, self.start, self.log_every = total, start, log_every
+        self.total, self.start, self.log_every, self.budget = total, start, log_every, budget
+        self.shown = total  # the total the bar and the lines show
+        self.logged: tuple[int, str] | None = None  # the step and total of the last plain line
+        self.last: tuple | None = None  # loss, lr, tokens/s and elapsed of the last step
         if not enabled:
             return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -431,9 +511,17 @@ class _Progress:
             TextColumn("{task.fields[info]}"),
             TimeRemainingColumn(),
             transient=False,
+            console=console,
         )
         self.progress.start()
         self.task = self.progress.add_task("train", total=total, completed=start, info="")
+
+    def expected_total(self, step: int, elapsed: float, budget_left: float | None) -> int | None:
+        """The steps this run will have made at its end: ``total``, or sooner, what the budget allows."""
+        if budget_left is None or step <= self.start:
+            return self.total
+        estimate = step + int(budget_left * (step - self.start) / max(elapsed, 1e-9))
+        return estimate if self.total is None else min(self.total, estimate)
 
     def update(
         self,
@@ -446,28 +534,31 @@ class _Progress:
         budget_left: float | None = None,
     ) -> None:
         rate = new_tokens / max(elapsed, 1e-9)
+        self.shown = self.expected_total(step, elapsed, budget_left)
         if not self.enabled:  # outside a terminal: one plain line every log_every steps
             if self.echo is not None and (step % self.log_every == 0 or step == self.total):
                 done = step - self.start
-                eta = elapsed / done * (self.total - step) if done > 0 else 0.0
+                eta = elapsed / done * (self.shown - step) if done > 0 and self.shown is not None else 0.0
                 if budget_left is not None:
                     eta = min(eta, budget_left)
-                lr_text = f" | lr {lr:.3g}" if lr is not None else ""
-                self.echo(
-                    f"step {step}/{self.total} | loss {loss:.4f}{lr_text} | {rate:,.0f} tok/s | "
-                    f"elapsed {_clock(elapsed)} | ETA {_clock(eta)}"
-                )
+                self._line(step, self._total_text(), loss, lr, rate, elapsed, eta)
+            self.last = (loss, lr, rate, elapsed)
             return
         info = f"loss {loss:.3f}"
         if last_eval:
             info += f" | val {last_eval['val_loss']:.3f} ({last_eval['val_bpb']:.3f} bpb)"
-        self.progress.update(self.task, completed=step, info=f"{info} | {rate:,.0f} tok/s")
+        self.progress.update(self.task, completed=step, total=self.shown, info=f"{info} | {rate:,.0f} tok/s")
+
+    def _total_text(self) -> str:
+        if self.shown is None:
+            return "?"
+        return f"~{self.shown}" if self.budget is not None and self.shown != self.total else str(self.shown)
 
     def evaluation(self, step: int, result: dict) -> None:
         """Outside a terminal, a line per evaluation (the bar shows the last one instead)."""
         if self.enabled or self.echo is None:
             return
-        line = f"step {step}/{self.total} eval | val loss {result['val_loss']:.4f} | val bpb {result['val_bpb']:.4f}"
+        line = f"step {step}/{self._total_text()} eval | val loss {result['val_loss']:.4f} | val bpb {result['val_bpb']:.4f}"
         if "val_exact" in result:
             line += f" | exact {result['val_exact']:.3f} | token accuracy {result['val_token_accuracy']:.3f}"
         self.echo(line)
@@ -478,7 +569,23 @@ class _Progress:
         elif self.echo is not None:
             self.echo(text)
 
-    def close(self) -> None:
+    def close(self, step: int | None = None) -> None:
+        """End the bar at ``step``, its total the steps that ran (a plain last line if none was printed)."""
+        if step is not None:
+            self.shown = step
         if self.enabled:
+            if step is not None:
+                self.progress.update(self.task, completed=step, total=step)
             self.progress.stop()
             self.enabled = False
+        elif step is not None and self.echo is not None and self.logged != (step, str(step)) and self.last:
+            self._line(step, str(step), *self.last)
+
+    def _line(self, step, total: str, loss, lr, rate, elapsed, eta=None) -> None:
+        """A plain progress line: step, loss, learning rate, tokens/s, elapsed and ETA."""
+        lr_text = f" | lr {lr:.3g}" if lr is not None else ""
+        eta_text = f" | ETA {_clock(eta)}" if eta is not None else ""
+        self.echo(
+            f"step {step}/{total} | loss {loss:.4f}{lr_text} | {rate:,.0f} tok/s | elapsed {_clock(elapsed)}{eta_text}"
+        )
+        self.logged = (step, total)

@@ -12,19 +12,11 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from alilama_testing import TINY_TRAIN
+
 from alilama_core.app.cli import get_app
 
-TINY = [
-    "--preset",
-    "tiny",
-    "--no-progress",
-    "model.vocab_size=300",
-    "train.sample_prompts=[Once]",
-    "train.eval_every=4",
-    "train.checkpoint_every=2",
-    "train.log_every=1",
-    "train.max_steps=4",
-]
+TINY = [*TINY_TRAIN, "train.max_steps=4"]
 
 
 def cli(*args: str):

@@ -101,3 +101,103 @@ def test_train_help_stays_light():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "model.d_model = 128" in out.stdout, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "False", out.stderr
+
+
+# -- every command's help shows examples that parse ---------------------------------------------------
+
+# typer vendors its own click in recent releases: its UsageError is BadParameter's base class either way.
+USAGE_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+SHELL_OPERATORS = {">", ">>", "<", "|", "&&", ";"}
+
+
+def _examples(path: tuple[str, ...], columns: int) -> list[str]:
+    """The example lines ``alilama PATH --help`` prints under ``Examples:`` at this terminal width."""
+    from unittest import mock
+
+    import typer.rich_utils
+
+    # typer reads TERMINAL_WIDTH once, when it first formats help (in this process: any test's): set it here
+    with mock.patch.object(typer.rich_utils, "MAX_WIDTH", columns):
+        out = CliRunner().invoke(get_app(), [*path, "--help"], env={"COLUMNS": str(columns)})
+    assert out.exit_code == 0, out.output
+    lines = [line.replace("│", " ").strip() for line in out.output.splitlines()]
+    if "Examples:" not in lines:
+        return []
+    found = []
+    for line in lines[lines.index("Examples:") + 1 :]:
+        if not line.startswith("alilama "):
+            break
+        found.append(line)
+    return found
+
+
+def _parse(root, line: str) -> str | None:
+    """Parse an example as the shell and click would, without running it; ``None``, or what is wrong."""
+    import shlex
+
+    words = shlex.split(line, posix=True)[1:]
+    for i, word in enumerate(words):
+        if word in SHELL_OPERATORS:  # `alilama eval ... --json > essay.json`: the shell's, not alilama's
+            words = words[:i]
+            break
+    command, names = root, []
+    while isinstance(getattr(command, "commands", None), dict) and words and words[0] in command.commands:
+        names.append(words[0])
+        command = command.commands[words.pop(0)]
+    if isinstance(getattr(command, "commands", None), dict):
+        return f"names no command: {' '.join(names) or 'alilama'} has no sub-command {words[:1]}"
+    try:
+        ctx = command.make_context(" ".join(["alilama", *names]), words, resilient_parsing=False)
+    except USAGE_ERROR as exc:
+        return f"does not parse: {exc.format_message()}"
+    return _config_problem(ctx.params)
+
+
+def _config_problem(params: dict) -> str | None:
+    """A preset or an override that does not exist (click cannot know: they are free text)."""
+    known = {name for name, *_ in config_fields()}
+    if params.get("preset") is not None and params["preset"] not in PRESETS:
+        return f"no preset {params['preset']!r}"
+    for override in params.get("overrides") or []:
+        key = override.lstrip("-").partition("=")[0]
+        if key not in known:
+            return f"no config field {key!r}"
+    return None
+
+
+def test_every_command_shows_examples_that_parse():
+    root = typer.main.get_command(get_app())
+    problems = []
+    for path, _ in _walk(root):
+        shown = _examples(path, 400)
+        if not shown:
+            problems.append(f"alilama {' '.join(path)} --help shows no example")
+        for line in shown:
+            problem = _parse(root, line)
+            if problem:
+                problems.append(f"{line!r} {problem}")
+    assert problems == []
+
+
+def test_examples_print_whole_in_an_80_column_terminal():
+    """Each example on a line of its own, copyable: none wraps at 80 columns."""
+    for path, _ in _walk(typer.main.get_command(get_app())):
+        assert _examples(path, 80) == _examples(path, 400), " ".join(path)
+
+
+def test_a_wrong_example_is_caught():
+    root = typer.main.get_command(get_app())
+    assert _parse(root, "alilama data prepare --input corpus.txt --tokenizer tok/ --out data/") is None
+    assert "does not parse" in _parse(root, "alilama data prepare --inptu corpus.txt --tokenizer tok/ --out data/")
+    assert "does not parse" in _parse(root, "alilama data prepare --input corpus.txt")  # --out is required
+    assert "names no command" in _parse(root, "alilama tasks lsit")
+    assert "no preset" in _parse(root, "alilama model info --preset huge")
+    assert "no config field" in _parse(root, "alilama train --preset tiny --data data/ --out r model.layers=4")
+    assert _parse(root, "alilama eval runs/essay --data valid.txt --json > essay.json") is None
+
+
+def test_train_help_shows_examples_before_the_config_fields():
+    out = _help("train")
+    assert out.index("Examples:") < out.index("Presets (--preset NAME")
+    assert out.count("Config fields") == 1
+    assert _help("train").count("Config fields") == 1  # shown twice, built once

@@ -176,3 +176,26 @@ def test_force_replaces_only_an_export_alilama_wrote(run, tmp_path):
         refused = cli("export", "hf", str(run), str(target), "--force")
         assert refused.exit_code == 1 and "would destroy the run" in " ".join(refused.output.split())
         assert (run / "final" / "model.safetensors").is_file()
+
+
+def test_export_outside_a_terminal_names_each_step(run, tmp_path):
+    from alilama_testing import ok, run_cli
+
+    from alilama_hf.export import EXPORT_STEPS
+
+    def steps(*args: str) -> list[str]:
+        result = run_cli("export", "hf", str(run), *args)
+        assert "exported" in ok(result)  # the summary on stdout, the steps on stderr
+        return [line for line in result.stderr.splitlines() if line.startswith("export ")]
+
+    native = steps(str(tmp_path / "native"))
+    assert [line.split(":")[0] for line in native] == [f"export {i}/{EXPORT_STEPS}" for i in range(1, 6)]
+    assert native[0] == f"export 1/5: loaded {run} checkpoint final"
+    assert native[1].startswith("export 2/5: format native: logits checked against Alilama's")
+    assert native[2] == "export 3/5: wrote the weights and config.json"
+    assert native[3].startswith("export 4/5: converted the tokenizer: tokenizer.json")
+    assert native[4] == "export 5/5: wrote the model card: README.md"
+    remote = steps(str(tmp_path / "remote"), "--format", "remote-code", "--no-progress")
+    assert remote[1].startswith("export 2/5: format remote-code: remote code asked for")
+    assert remote[2] == "export 3/5: wrote the weights and config.json and the model code"
+    loads(tmp_path / "remote")

@@ -94,3 +94,11 @@ def test_scratch_on_a_task_killed_and_resumed_is_bit_identical(tmp_path):
 
     rows = json.loads(ok(cli("eval", str(run), "--lengths", "4,8", "--examples", "16", "--json")))
     assert rows
+
+
+def test_scratch_refuses_a_time_budget_alone_with_a_clear_error(data, tmp_path):
+    run = tmp_path / "run"
+    args = [*TRAIN, "model.vocab_size=300", "train.max_steps=null", "train.max_time=30"]
+    result = cli("train", "--data", str(data), *args, "--out", str(run))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "the scratch trainer trains by steps only: give train.max_steps" in result.stdout + result.stderr

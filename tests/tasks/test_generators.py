@@ -61,6 +61,9 @@ def test_deterministic_for_a_seed(name):
     task = get_task(name)
     assert eval_set(task, 6, 40, seed=3) == eval_set(task, 6, 40, seed=3)
     assert eval_set(task, 6, 40, seed=3) != eval_set(task, 6, 40, seed=4)
+    # the trainer's validation set is another draw than the test set at the same length and seed
+    assert eval_set(task, 6, 40, seed=3, split="val") == eval_set(task, 6, 40, seed=3, split="val")
+    assert eval_set(task, 6, 40, seed=3, split="val") != eval_set(task, 6, 40, seed=3)
     a = TaskStream(task, (1, 9), seed=5).draw(64)
     b = TaskStream(task, (1, 9), seed=5).draw(64)
     assert a == b

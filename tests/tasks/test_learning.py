@@ -89,8 +89,10 @@ def test_cli_train_eval_plot(tmp_path):
     assert 0.0 <= rows[3]["exact_match"] <= 1.0 and rows[3]["examples"] == 16
     assert rows[6]["exact_match"] is None and "covers 7 positions" in rows[6]["note"]  # learned table ends
 
+    assert f"loaded {run} checkpoint final on cpu" in result.stderr  # what a text run's eval says, too
     result = runner.invoke(app, ["eval", str(run), "--lengths", "3"])
     assert result.exit_code == 0 and "exact match" in result.output
+    assert f"loaded {run} checkpoint final on cpu (" in result.stderr and "); attention: eager" in result.stderr
     result = runner.invoke(app, ["plot", str(run), "--accuracy", "--out", str(tmp_path / "acc.png")])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "acc.png").read_bytes()[:4] == b"\x89PNG"
@@ -112,6 +114,35 @@ def test_cli_errors_are_one_line(tmp_path):
     result = runner.invoke(app, ["tasks", "list", "--json"])
     assert result.exit_code == 0
     assert {"copy", "reverse", "sort", "addition", "recall", "parity"} <= {r["name"] for r in json.loads(result.stdout)}
+
+
+def test_tasks_list_shows_what_each_task_does():
+    def examples() -> dict[str, tuple[str, str]]:
+        result = runner.invoke(get_app(), ["tasks", "list", "--json"])
+        assert result.exit_code == 0, result.output
+        return {r["name"]: tuple(r["example"].split("=", 1)) for r in json.loads(result.stdout)}
+
+    shown = examples()
+    assert shown == examples()  # the same every time
+    prompt, answer = shown["sort"]
+    assert answer == "".join(sorted(prompt)) and answer not in (prompt, prompt[::-1])  # a sort, not a reversal
+    prompt, answer = shown["reverse"]
+    assert answer == prompt[::-1] != prompt
+    assert shown["sort"][0] != shown["reverse"][0]  # seeded by the task's name
+
+
+def test_a_telling_example_is_searched_a_bounded_number_of_times():
+    from alilama_core.app.tasks import EXAMPLE_TRIES, telling_example
+
+    class Echo:  # copy: the answer is always the prompt
+        calls = 0
+
+        def example(self, length, rng):
+            Echo.calls += 1
+            return list("abcd"), list("abcd")
+
+    assert telling_example(Echo(), "echo", 4) == (list("abcd"), list("abcd"))
+    assert Echo.calls == EXAMPLE_TRIES
 
 
 def test_attention_pictures_label_task_symbols(tmp_path):
@@ -169,4 +200,4 @@ def test_eval_of_a_text_run_without_data_says_what_to_give(tmp_path):
     run.mkdir()
     cfgmod.save(cfgmod.preset("tiny"), run / "config.yaml")
     result = runner.invoke(get_app(), ["eval", str(run)])
-    assert result.exit_code == 1 and "give --data FILE" in result.output
+    assert result.exit_code == 1 and "score it on text (alilama eval RUN --data FILE)" in result.output

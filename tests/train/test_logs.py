@@ -62,3 +62,25 @@ def test_under_torchrun_only_rank_0_prints(data_dir, tmp_path):
         "x 2 processes (DDP)" in out and f"threads {max(1, default_threads() // 2)} per process" in out
     )  # the cores shared by 2 ranks
     assert sum(bool(LOG.match(line)) for line in out.splitlines()) == 6
+
+
+def test_under_a_budget_the_bar_and_lines_end_at_the_steps_that_ran():
+    import io
+
+    from alilama_trainers.trainer import _Progress
+    from rich.console import Console
+
+    console = Console(file=io.StringIO(), force_terminal=True)
+    bar = _Progress(None, 0, True, budget=10.0, console=console)
+    for step in range(1, 8):  # one step a second: the budget allows about ten
+        bar.update(step, 2.0, 64 * step, float(step), {}, 1e-3, budget_left=10.0 - step)
+    assert bar.progress.tasks[0].total == 10
+    bar.close(7)
+    assert bar.progress.tasks[0].total == 7 and bar.progress.tasks[0].completed == 7
+
+    lines: list[str] = []
+    plain = _Progress(None, 0, False, echo=lines.append, log_every=5, budget=10.0)
+    for step in range(1, 8):
+        plain.update(step, 2.0, 64 * step, float(step), {}, 1e-3, budget_left=10.0 - step)
+    plain.close(7)
+    assert lines[0].startswith("step 5/~10 | loss 2.0000") and lines[-1].startswith("step 7/7 | loss 2.0000")

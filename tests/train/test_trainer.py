@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import signal
 import subprocess
@@ -12,7 +13,7 @@ import time
 import pytest
 import torch
 from alilama_testing import losses, run_cli, run_ddp
-from alilama_trainers.trainer import DefaultTrainer, lr_at
+from alilama_trainers.trainer import BudgetMarks, DefaultTrainer, lr_at
 
 from alilama_core.contracts.errors import AlilamaError, DataError
 from alilama_core.engine import configs as cfgmod
@@ -40,31 +41,63 @@ def test_schedule_warms_up_then_decays_to_min_lr():
 
 def test_the_cosine_is_laid_over_the_time_budget():
     cfg = tiny(lr=1.0, min_lr=0.1, warmup_steps=10, max_steps=1010, max_time=100.0).train
-    assert lr_at(5, cfg, elapsed=99.0) == pytest.approx(0.6)  # warm-up goes by steps
+    assert lr_at(5, cfg, elapsed=1.0) == pytest.approx(0.6)  # early on, warm-up goes by steps
+    assert lr_at(2, cfg, elapsed=8.0) == pytest.approx(0.8)  # or by time, when that is further on
+    # warm-up ends by a tenth of the budget however few steps a busy machine made
+    assert lr_at(5, cfg, elapsed=20.0) == pytest.approx(0.1 + 0.45 * (1 + math.cos(0.2 * math.pi)))
+    assert lr_at(5, cfg, elapsed=99.0) < 0.11
     assert lr_at(20, cfg, elapsed=50.0) == pytest.approx(0.55)  # half the budget: half the cosine
     assert lr_at(20, cfg, elapsed=100.0) == pytest.approx(0.1) and lr_at(20, cfg, elapsed=500.0) == pytest.approx(0.1)
     assert lr_at(510, cfg, elapsed=1.0) == pytest.approx(0.55)  # the steps' progress when it is ahead
     assert lr_at(20, cfg) == lr_at(20, tiny(lr=1.0, min_lr=0.1, warmup_steps=10, max_steps=1010).train)
+    unbounded = tiny(lr=1.0, min_lr=0.1, warmup_steps=10, max_steps=None, max_time=100.0).train
+    assert lr_at(20, unbounded, elapsed=50.0) == pytest.approx(0.55) and lr_at(9, unbounded, elapsed=0.0) == 1.0
+
+
+def test_budget_marks_fall_once_per_share_of_the_budget_and_survive_a_resume():
+    marks = BudgetMarks(100.0, 4)
+    due = [t for t in range(0, 130, 5) if marks.due(float(t))]
+    assert due == [25, 50, 75, 100]
+    resumed = BudgetMarks(100.0, 4, spent=60.0)  # the marks before the resume are not due again
+    assert [t for t in (61, 70, 76, 99, 101) if resumed.due(float(t))] == [76, 101]
+    assert not BudgetMarks(None, 4).due(1e9) and not BudgetMarks(100.0, 0).due(1e9)
 
 
 def test_the_time_budget_ends_a_run_with_a_checkpoint_and_a_last_evaluation(data_dir, tmp_path):
-    cfg = tiny(max_steps=100000, max_time=4.0, warmup_steps=2, eval_every=100000, checkpoint_every=100000, log_every=1)
-    cfg.train.sample_prompts = []
+    from alilama_hf.export import model_card
+
+    cfg = tiny(max_steps=None, max_time=4.0, warmup_steps=1000, eval_every=100000, checkpoint_every=100000)
+    cfg.train.log_every, cfg.train.eval_tokens, cfg.train.sample_tokens = 1, 1024, 8
     messages: list[str] = []
     run = tmp_path / "run"
     result = DefaultTrainer(cfg, echo=messages.append, show_progress=False).fit(str(data_dir), str(run))
     step = result["step"]
-    assert 2 < step < 100000 and result["stopped"] == "time budget" and "val_loss" in result
-    assert messages[-1].startswith(f"stopped by the time budget (train.max_time=4 s) at step {step}")
+    assert 2 < step and result["stopped"] == "time budget" and "val_loss" in result
+    assert messages[-1] == f"stopped by the time budget (train.max_time=4 s) at step {step}"
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert rows[-1]["step"] == step and rows[-1]["val_loss"] == result["val_loss"]
-    # the cosine is laid over the time, not the 100,000 steps: the rate fell steadily towards min_lr
-    rates = [r["lr"] for r in rows[2:]]
-    assert all(a >= b for a, b in zip(rates, rates[1:])) and rates[-1] < 0.6 * cfg.train.lr
-    assert [p.name for p in checkpoints(run)] == [f"step-{step:08d}"] and (
-        run / "final" / "model.safetensors"
-    ).is_file()
-    assert json.loads((run / "final" / "state.json").read_text())["time_s"] >= 4.0
+    # the stop's evaluation is of the weights saved, and it is the only one at that step
+    assert rows[-1]["step"] == step and rows[-1]["val_loss"] == result["val_loss"] and "samples" in rows[-1]
+    evaluated = [r["step"] for r in rows if "val_loss" in r]
+    assert 1 <= len(evaluated) <= 4 and evaluated.count(step) == 1  # one per quarter of the budget at most
+    # 1,000 warm-up steps asked, far fewer made: warm-up still ended (by a tenth of the budget), and the
+    # cosine ended near min_lr
+    rates = [r["lr"] for r in rows]
+    by_steps_only = cfg.train.lr * step / 1000  # the highest rate a warm-up by steps alone would reach
+    assert max(rates) > min(0.5 * cfg.train.lr, 10 * by_steps_only)
+    assert rates[-1] - cfg.train.min_lr < 0.15 * (cfg.train.lr - cfg.train.min_lr)
+    final_state = json.loads((run / "final" / "state.json").read_text())
+    assert final_state["step"] == step and final_state["time_s"] >= 4.0 and final_state["stopped"] == "time budget"
+    record = json.loads((run / "run.json").read_text())
+    assert record["final"]["step"] == step and record["final"]["stopped"] == "time budget"
+    assert checkpoints(run)[-1].name == f"step-{step:08d}"
+    card = model_card(run, load_run(run), parameters=1)
+    assert f"{step:,} optimizer steps" in card and f"{step * 8 * 64:,} training tokens" in card
+    assert "stopped by the time budget (`max_time` 4.0 s)" in card and "`max_time` 4.0" in card
+    # the saved config says what ran: a budget and no step count; resuming it finds nothing left to do
+    saved = cfgmod.load(run / "config.yaml")
+    assert saved.train.max_steps is None and saved.train.max_time == 4.0
+    again = DefaultTrainer(cfg, echo=messages.append, show_progress=False).fit(str(data_dir), str(run), resume=True)
+    assert again["finished"] and again["step"] == step and "spent its time budget" in messages[-1]
 
 
 def test_training_lowers_the_loss_and_writes_the_run_folder(data_dir, tmp_path):
@@ -284,3 +317,18 @@ def test_a_run_killed_before_its_first_checkpoint_starts_again(data_dir, tmp_pat
     record = json.loads((run / "run.json").read_text())
     assert record["data"] == str(data_dir.resolve()) and set(record["checkpoints"]) == {"step-00000003", "final"}
     assert [h["action"] for h in record["history"]] == ["start", "resume"]
+
+
+def test_each_sample_prompt_has_its_own_seed(tokenizer_dir):
+    """An untrained model ignores its prompt: with one seed for all, every early sample would be the same text."""
+    from alilama_core.engine.model import build_model
+    from alilama_core.runs.tokenizers import load_tokenizer
+
+    cfg = tiny(sample_tokens=12)
+    cfg.train.sample_prompts = ["Once", "Once"]
+    torch.manual_seed(0)
+    model = build_model(cfg.model)
+    first, second = DefaultTrainer(cfg, echo=lambda *a: None).samples(model, load_tokenizer(tokenizer_dir), step=10)
+    assert first != second
+    again = DefaultTrainer(cfg, echo=lambda *a: None).samples(model, load_tokenizer(tokenizer_dir), step=10)
+    assert again == [first, second]  # still seeded: the same step gives the same samples

@@ -34,6 +34,11 @@ class ScratchTrainer(Trainer):
         if self.options["schedule"] not in ("constant", "cosine"):
             raise ConfigError(f"trainer_options.schedule must be constant or cosine, not {self.options['schedule']!r}")
         cfg = self.config.validate()
+        if cfg.train.max_steps is None or cfg.train.eval_every is None or cfg.train.checkpoint_every is None:
+            raise ConfigError(
+                "the scratch trainer trains by steps only: give train.max_steps, train.eval_every and "
+                "train.checkpoint_every (a time budget needs train.trainer=default)"
+            )
         t, run = cfg.train, RunFolder(out_dir, cfg, self.name, echo=self.echo)
         run.precheck(data_dir, resume=resume, overwrite=overwrite)
         device = "cuda" if t.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu"
