@@ -1181,7 +1181,7 @@ def test_prepare_outside_a_terminal_prints_plain_progress_lines(base, tmp_path):
         rf"^encoded {documents:,} documents, [\d,]+ bytes, {tokens:,} tokens in [\d.]+ s$", result.stderr, re.M
     )
     assert "━" not in result.stderr + result.stdout  # no bar
-    assert f"wrote {out}" in " ".join(result.stdout.split())  # the summary stays on stdout (the console wraps it)
+    assert f"wrote {out} (uint16)\n" in result.stdout  # the summary stays on stdout, one line however long
 
 
 def test_prepare_progress_lines_say_documents_bytes_and_tokens(capsys):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from contextlib import contextmanager
 from typing import Annotated, Optional
 
@@ -13,8 +14,9 @@ from typer.core import TyperCommand, TyperGroup
 
 from alilama_core.contracts.errors import AlilamaError
 
-console = Console()
-err_console = Console(stderr=True)
+# Outside a terminal (a log file, a pipe, CI) lines are never wrapped at 80 columns: one message, one line.
+console = Console(soft_wrap=not sys.stdout.isatty())
+err_console = Console(stderr=True, soft_wrap=not sys.stderr.isatty())
 
 
 @contextmanager
