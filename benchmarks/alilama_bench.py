@@ -82,3 +82,27 @@ def hf_greedy_runner(hf, prompt: list[int], new_tokens: int) -> Callable[[], lis
         return out[0, len(prompt) :].tolist()
 
     return run
+
+
+def prepared_stories(root):
+    """Built-in stories (3,000 under ALILAMA_BENCH_FULL, else 300), a BPE tokenizer and prepared data in ``root``.
+
+    The tokenizer asks for 4,096 ids (400 in a quick run); fewer stories allow fewer merges, and the
+    vocabulary follows without a warning. Returns the prepared data folder.
+    """
+    import warnings
+
+    from alilama_core.app.prepare import iter_documents, prepare
+    from alilama_core.app.stories import write_corpus
+    from alilama_core.contracts.errors import AlilamaWarning
+    from alilama_core.engine.registry import get_tokenizer
+
+    write_corpus(root / "stories.txt", 3000 if FULL else 300, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", AlilamaWarning)
+        tok = get_tokenizer("bpe").train(
+            iter_documents([str(root / "stories.txt")]), 4096 if FULL else 400, special_tokens=["<|endoftext|>"]
+        )
+    tok.save(root / "tok")
+    prepare([str(root / "stories.txt")], root / "tok", root / "data", val_fraction=0.05)
+    return root / "data"

@@ -17,16 +17,12 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import warnings
 
 import pytest
-from alilama_bench import FULL
+from alilama_bench import FULL, prepared_stories
 from alilama_trainers.trainer import DefaultTrainer
 
-from alilama_core.app.prepare import prepare
-from alilama_core.contracts.errors import AlilamaWarning
 from alilama_core.engine import configs as cfgmod
-from alilama_core.engine.registry import get_tokenizer
 from alilama_core.runs.data import TokenData
 
 STEPS = 10 if FULL else 2
@@ -35,19 +31,7 @@ BATCH, CONTEXT = 32, 128
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
-    from alilama_core.app.prepare import iter_documents
-    from alilama_core.app.stories import write_corpus
-
-    root = tmp_path_factory.mktemp("bench-threads")
-    write_corpus(root / "stories.txt", 3000 if FULL else 300, seed=0)
-    with warnings.catch_warnings():  # few built-in stories allow fewer merges: the vocabulary follows
-        warnings.simplefilter("ignore", AlilamaWarning)
-        tok = get_tokenizer("bpe").train(
-            iter_documents([str(root / "stories.txt")]), 4096 if FULL else 400, special_tokens=["<|endoftext|>"]
-        )
-    tok.save(root / "tok")
-    prepare([str(root / "stories.txt")], root / "tok", root / "data", val_fraction=0.05)
-    return root / "data"
+    return prepared_stories(tmp_path_factory.mktemp("bench-threads"))
 
 
 @pytest.fixture(params=["quiet", "busy"])

@@ -11,20 +11,16 @@ evaluation); the plain loop is sample, forward, loss, backward, AdamW step.
 from __future__ import annotations
 
 import shutil
-import warnings
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from alilama_bench import FULL
+from alilama_bench import FULL, prepared_stories
 from alilama_trainers.trainer import DefaultTrainer
 
-from alilama_core.app.prepare import prepare
-from alilama_core.contracts.errors import AlilamaWarning
 from alilama_core.engine import configs as cfgmod
 from alilama_core.engine.model import build_model
-from alilama_core.engine.registry import get_tokenizer
 from alilama_core.runs.data import TokenData
 from alilama_core.runs.windows import random_windows
 
@@ -33,19 +29,7 @@ STEPS = 30 if FULL else 2
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
-    from alilama_core.app.prepare import iter_documents
-    from alilama_core.app.stories import write_corpus
-
-    root = tmp_path_factory.mktemp("bench-train")
-    write_corpus(root / "stories.txt", 3000 if FULL else 300, seed=0)
-    with warnings.catch_warnings():  # 3,000 built-in stories allow about 2,550 merges: the vocabulary follows
-        warnings.simplefilter("ignore", AlilamaWarning)
-        tok = get_tokenizer("bpe").train(
-            iter_documents([str(root / "stories.txt")]), 4096 if FULL else 400, special_tokens=["<|endoftext|>"]
-        )
-    tok.save(root / "tok")
-    prepare([str(root / "stories.txt")], root / "tok", root / "data", val_fraction=0.05)
-    return root / "data"
+    return prepared_stories(tmp_path_factory.mktemp("bench-train"))
 
 
 def essay_config(vocab: int) -> cfgmod.Config:
