@@ -16,12 +16,17 @@ EXAMPLE_PLUGIN := docs/plugins/alilama-sinusoidal
 TEST_PLUGINS   := $(wildcard tests/plugins/alilama-*)
 TEST_PLUGIN_DIR := build/test-plugins
 TEST_STAMP     := $(TEST_PLUGIN_DIR)/.installed
+# A Python without Alilama that reads exports as other tools' environments do: the oldest
+# transformers the project admits (the version optimum-onnx pins), optimum-onnx and onnxruntime.
+READERS_ENV    := build/envs/readers
+READERS_STAMP  := $(READERS_ENV)/.installed
+READERS_PACKAGES ?= transformers==4.57.6 optimum-onnx==0.1.0 onnxruntime==1.32.0
 PYTEST_ARGS ?=
 # Test files spread over this many processes (pytest-xdist; each file stays in one process). 1: serial.
 TEST_WORKERS ?= 2
 QUICKSTART_ARGS ?=
 
-.PHONY: install quickstart test lint format bench docs docs-serve fuzz native-tests ci clean essay-config figures
+.PHONY: readers install quickstart test lint format bench docs docs-serve fuzz native-tests ci clean essay-config figures
 
 $(STAMP): pyproject.toml CMakeLists.txt $(wildcard native/*.cpp native/*.hpp native/*.py) $(EXAMPLE_PLUGIN)/pyproject.toml
 	@echo "[setup 1/4] creating $(VENV) (once; later runs reuse it)"
@@ -44,12 +49,23 @@ $(TEST_STAMP): $(STAMP) $(foreach p,$(TEST_PLUGINS),$(shell find $(p) -name '*.p
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation --target $(TEST_PLUGIN_DIR) $(TEST_PLUGINS)
 	@touch $(TEST_STAMP)
 
+# tests/hf/test_reader_versions.py reads every export with it (skipped where it is missing).
+$(READERS_STAMP): Makefile
+	@echo "[readers] a Python without Alilama for the export tests: torch $(TORCH_VERSION), $(READERS_PACKAGES) (once, about a minute)"
+	rm -rf $(READERS_ENV)
+	$(PYTHON) -m venv $(READERS_ENV)
+	$(READERS_ENV)/bin/python -m pip install -q torch==$(TORCH_VERSION) $(TORCH_PIP_ARGS)
+	$(READERS_ENV)/bin/python -m pip install -q $(READERS_PACKAGES)
+	@touch $(READERS_STAMP)
+
+readers: $(READERS_STAMP)
+
 install: $(STAMP)
 
 quickstart: $(STAMP)
 	$(BIN)/alilama quickstart $(QUICKSTART_ARGS)
 
-test: $(TEST_STAMP)
+test: $(TEST_STAMP) $(READERS_STAMP)
 	@echo "running the test suite on $(TEST_WORKERS) process(es): about 15 minutes on two free CPU cores, longer on a busy machine"
 	$(BIN)/python -m pytest -q --benchmark-disable $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 

@@ -127,3 +127,14 @@ def losses(run: Path) -> dict[int, float]:
     """Training loss by step from a run's metrics.jsonl."""
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
     return {r["step"]: r["train_loss"] for r in rows if "train_loss" in r}
+
+
+# The first statements of a process that plays a machine without Alilama: no alilama* module imports.
+NO_ALILAMA = """
+import sys
+class NoAlilama:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0].startswith("alilama"):
+            raise ImportError(f"{name} is blocked: this process plays a machine without Alilama")
+sys.meta_path.insert(0, NoAlilama())
+"""

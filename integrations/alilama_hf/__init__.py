@@ -167,6 +167,7 @@ def register_commands(app):
             "alilama export hf runs/essay out/essay-hf",
             "alilama export hf runs/essay out/essay-hf --format remote-code --force",
             "alilama export hf runs/essay out/essay-hf --repo-id you/essay --license mit",
+            "alilama export hf runs/essay out/hf --check-with ~/venvs/hf4/bin/python",
         ),
     )
     def export_hf(
@@ -195,6 +196,14 @@ def register_commands(app):
         force: Annotated[
             bool, typer.Option("--force", help="Replace an export that Alilama wrote in OUT (nothing else).")
         ] = False,
+        check_with: Annotated[
+            Optional[list[str]],
+            typer.Option(
+                "--check-with",
+                help="Another Python (say, a venv with transformers 4.x) that must read the folder as Alilama "
+                "computes it; repeatable. The installed transformers always checks it.",
+            ),
+        ] = None,
         progress: Annotated[
             bool,
             typer.Option(
@@ -222,9 +231,18 @@ def register_commands(app):
                 overwrite=force,
                 format=format,
                 on_step=steps.next_done(),
+                check_with=check_with,
             )
         files = ", ".join(sorted(p.name for p in path.iterdir() if not p.name.startswith(".")))
         typer.echo(f"exported {run} to {path} as {exported_format(path)}: {files}")
+        if exported_format(path) != "remote-code":
+            from pathlib import Path
+
+            from alilama_core.engine.configs import load
+            from alilama_hf.native import reader_notes
+
+            for line in reader_notes(load(Path(run) / "config.yaml").model):
+                typer.echo(f"note: {line} (docs/huggingface.md, Which tools read it)")
         if license is None:
             typer.echo("note: no --license given; the model card says so (add one before publishing)")
 

@@ -58,10 +58,15 @@ AUTO_MAP = {
     "AutoModelForSequenceClassification": "modeling_alilama.AlilamaForSequenceClassification",
 }
 FORMATS = ("auto", "native", "remote-code")
-EXPORT_STEPS = 5
-"""How many times ``export`` calls its ``on_step``: loaded, format, weights, tokenizer, model card."""
+EXPORT_STEPS = 6
+"""How many times ``export`` calls its ``on_step``: loaded, format, weights, tokenizer, folder checked, model card."""
 NATIVE_TOLERANCE = 1e-4
 """Largest logit difference the export accepts between Alilama and the native architecture (seen: ~1e-6)."""
+PROBE_FILE = HERE / "probe_folder.py"
+"""The standalone check of a written folder (torch and transformers only), run in-process and by ``check_with``."""
+PROBE_PROMPT = "Once upon a time, there was a little"
+PROBE_NEW_TOKENS = 32
+PROBE_TIMEOUT_S = 600
 SCHEME_TEXT = {
     "alibi": (
         "ALiBi (Press et al., 2022): no position embedding; each head adds `-m_h * (i - j)` to the "
@@ -245,6 +250,7 @@ def export(
     overwrite: bool = False,
     format: str = "auto",
     on_step: Callable[[str], None] | None = None,
+    check_with: list[str] | None = None,
 ) -> Path:
     """Write the Hugging Face folder for ``run`` at ``out``; returns ``out``.
 
@@ -259,6 +265,12 @@ def export(
     beside ``out`` and swapped in when complete, under ``out``'s exclusive lock:
     a failure, a kill or a full disk leaves the old folder (or none), and a
     second export to the same ``out`` fails at once naming the first.
+
+    Before the folder is swapped in, it is loaded back from disk as a reader
+    would (``probe_folder.probe``: logits, greedy ids and text, the tokenizer)
+    with the installed transformers and, for each Python in ``check_with``
+    (``--check-with``: say, a virtual environment with another transformers
+    version), in that interpreter; any difference from Alilama fails the export.
     """
     import alilama_hf
     from alilama_core.contracts.files import disk_full_guard, exclusive_lock
@@ -289,6 +301,7 @@ def export(
                 datasets=datasets,
                 format=format,
                 on_step=on_step or (lambda text: None),
+                check_with=list(check_with or []),
             )
     return out
 
@@ -354,8 +367,9 @@ def _write_export(
     datasets: list[str] | None,
     format: str,
     on_step: Callable[[str], None],
+    check_with: list[str],
 ) -> None:
-    """Write the folder's files into ``out``, a new empty folder; ``on_step`` as in ``export``."""
+    """Write the folder's files into ``out``, a new empty folder; ``on_step`` and ``check_with`` as in ``export``."""
     from transformers import GenerationConfig
 
     from alilama_core.runs.checkpoint import load_run
@@ -388,15 +402,24 @@ def _write_export(
         model.config.architectures = ["AlilamaForCausalLM"]
     _save_quietly(model, out)
     if chosen == "remote-code":
-        _fix_config_json(out / "config.json")
+        # what a fresh machine needs: the code's auto_map, its class, the tied head
+        _merge_config_json(
+            out / "config.json",
+            {"auto_map": dict(AUTO_MAP), "architectures": ["AlilamaForCausalLM"], "tie_word_embeddings": True},
+        )
         for name in CODE_FILES:
             shutil.copyfile(HERE / name, out / name)
         shutil.copyfile(attention_math_source(), out / ATTENTION_MATH)
         _, _, source = plugin_module(model.config.positional)
         shutil.copyfile(source, out / f"{model.config.positional_module}.py")
+    else:
+        from alilama_hf.native import reader_keys
+
+        _merge_config_json(out / "config.json", reader_keys(loaded.config.model))
     on_step("wrote the weights and config.json" + (" and the model code" if chosen == "remote-code" else ""))
     write_tokenizer(tok, out, model_max_length=loaded.config.model.context_length)
     on_step("converted the tokenizer: tokenizer.json, tokenizer_config.json, special_tokens_map.json")
+    on_step(check_folder(loaded, out, check_with))
     card = model_card(
         Path(run),
         loaded,
@@ -430,13 +453,105 @@ def _save_quietly(model, out: Path) -> None:
             hf_logging.enable_progress_bar()
 
 
-def _fix_config_json(path: Path) -> None:
-    """Keep config.json to what a fresh machine needs: auto_map, architectures, the fields."""
+def _merge_config_json(path: Path, keys: dict[str, Any]) -> None:
+    """Add ``keys`` to the ``config.json`` that ``save_pretrained`` wrote."""
     data = json.loads(path.read_text(encoding="utf-8"))
-    data["auto_map"] = dict(AUTO_MAP)
-    data["architectures"] = ["AlilamaForCausalLM"]
-    data["tie_word_embeddings"] = True
+    data.update(keys)
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+# -- the folder, read back -----------------------------------------------------------------
+
+
+def write_expected(loaded, path: Path) -> None:
+    """Alilama's outputs that ``probe_folder.probe`` compares a folder with (see its module doc)."""
+    import torch
+    from safetensors.torch import save_file
+
+    from alilama_core.engine.generation import SamplingSettings, generate, position_room
+    from alilama_hf.native import probe_ids
+
+    model, tok = loaded.model, loaded.tokenizer
+    ids = probe_ids(model.config)
+    prompt = tok.encode(PROBE_PROMPT)
+    room = position_room(model, len(prompt))
+    n = PROBE_NEW_TOKENS if room is None else min(PROBE_NEW_TOKENS, room)
+    greedy = generate(model, [prompt], SamplingSettings(max_new_tokens=n, temperature=0), eot_id=tok.eot_id)[0]
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        logits = model(ids.to(device)).float().cpu()
+    tensors = {
+        "ids": ids,
+        "logits": logits,
+        "prompt": torch.tensor(prompt, dtype=torch.long),
+        "greedy": torch.tensor(greedy, dtype=torch.long),
+    }
+    meta = {
+        "max_new_tokens": str(n),
+        "eot": "" if tok.eot_id is None else str(tok.eot_id),
+        "prompt_text": PROBE_PROMPT,
+        "greedy_text": tok.decode(greedy),
+    }
+    save_file(tensors, str(path), metadata=meta)
+
+
+def probe_failures(result: dict) -> list[str]:
+    """What in a ``probe_folder.probe`` result differs from Alilama (empty: nothing)."""
+    wrong = []
+    if not result["max_logit_diff"] <= NATIVE_TOLERANCE:
+        wrong.append(f"logits differ by {result['max_logit_diff']:.2e} (more than {NATIVE_TOLERANCE:g})")
+    for key, what in (("greedy_equal", "greedy ids"), ("text_equal", "greedy text"), ("tokenizer_equal", "token ids")):
+        if not result[key]:
+            wrong.append(f"its {what} differ")
+    return wrong
+
+
+def run_probe(python: str, folder: Path, expected: Path) -> dict:
+    """``probe_folder.py`` under another interpreter (``--check-with``): its result, or an error saying why not."""
+    import subprocess
+
+    try:
+        proc = subprocess.run(
+            [python, str(PROBE_FILE), str(folder), str(expected)],
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"},
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise AlilamaError(f"--check-with {python}: could not run it ({exc})") from None
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise AlilamaError(
+            f"--check-with {python}: the folder did not load there: {tail} "
+            "(that Python needs torch, transformers and safetensors)"
+        )
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def check_folder(loaded, folder: Path, check_with: list[str]) -> str:
+    """Read ``folder`` back with this transformers and each ``check_with`` Python; raise on any difference."""
+    import tempfile
+
+    from alilama_hf.probe_folder import probe
+
+    with tempfile.TemporaryDirectory(prefix="alilama-probe-") as tmp:
+        expected = Path(tmp) / "expected.safetensors"
+        write_expected(loaded, expected)
+        results = [("this Python", probe(folder, expected))]
+        results += [(python, run_probe(python, folder, expected)) for python in check_with]
+    for where, result in results:
+        wrong = probe_failures(result)
+        if wrong:
+            raise AlilamaError(
+                f"the exported folder, read by transformers {result['transformers']} ({where}), is not the run's "
+                f"model: {'; '.join(wrong)}. Use --format remote-code, or a transformers version that reads it"
+            )
+    return "read the folder back: " + "; ".join(
+        f"transformers {r['transformers']} ({where}): logits within {r['max_logit_diff']:.1e}, greedy text equal"
+        for where, r in results
+    )
 
 
 def write_tokenizer(tok, out: Path, model_max_length: int | None = None) -> None:

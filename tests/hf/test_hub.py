@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import torch
-from alilama_testing import SCHEMES
+from alilama_testing import NO_ALILAMA, SCHEMES
 
 from alilama_core.engine.generation import SamplingSettings, generate
 from alilama_core.runs.checkpoint import load_run
@@ -53,15 +53,8 @@ def lay_out_like_the_hub_cache(folder: Path, hf_home: Path, repo_id: str) -> str
 
 
 # Runs in a fresh interpreter. Its first statement makes every alilama* module unimportable.
-HUB_USER = textwrap.dedent(
+HUB_USER = NO_ALILAMA + textwrap.dedent(
     """
-    import sys
-    class NoAlilama:
-        def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0].startswith("alilama"):
-                raise ImportError(f"{name} is blocked: this process plays a machine without Alilama")
-    sys.meta_path.insert(0, NoAlilama())
-
     import json, os
     try:
         import alilama_core

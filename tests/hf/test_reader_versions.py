@@ -1,0 +1,198 @@
+"""Every export, read by the oldest and the newest transformers the project admits, in processes without Alilama.
+
+The reader environment for transformers 4.x (``build/envs/readers``: torch,
+transformers 4.57, optimum-onnx, onnxruntime; no Alilama) is built by ``make
+test``. The newest transformers is the one installed here, in a process whose
+first statement makes every ``alilama*`` module unimportable. Both run the
+export's own standalone check (``alilama_hf/probe_folder.py``): logits on 48
+tokens (past the 32-token training context), greedy ids and text, and the
+tokenizer's ids, against Alilama's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from alilama_testing import NO_ALILAMA
+
+from alilama_hf.export import PROBE_FILE, check_folder, write_expected
+
+ROOT = Path(__file__).resolve().parents[2]
+READERS = Path(os.environ.get("ALILAMA_READERS_PYTHON", ROOT / "build" / "envs" / "readers" / "bin" / "python"))
+TOLERANCE = 1e-5
+# What the reader's process runs: no alilama* module can be imported, then the probe file as __main__.
+WITHOUT_ALILAMA = NO_ALILAMA + textwrap.dedent(
+    """
+    import runpy
+    sys.argv = sys.argv[1:]
+    runpy.run_path(sys.argv[0], run_name="__main__")
+    """
+)
+
+
+def readers_python() -> Path:
+    """The transformers 4.x reader environment; skipped when absent unless ALILAMA_REQUIRE_READERS=1 (CI)."""
+    if not READERS.exists():
+        if os.environ.get("ALILAMA_REQUIRE_READERS") == "1":
+            pytest.fail(f"the reader environment {READERS} is missing: make test builds it (make readers)")
+        pytest.skip(f"no transformers 4.x reader environment at {READERS} (make readers builds it)")
+    return READERS
+
+
+def read_with(python: Path, folder: Path, expected: Path) -> dict:
+    proc = subprocess.run(
+        [str(python), "-c", WITHOUT_ALILAMA, str(PROBE_FILE), str(folder), str(expected)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""},
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def folders(native_exports, exports) -> dict[str, Path]:
+    return {**native_exports, "remote-code-alibi": exports["alibi"]}
+
+
+CASES = ["alibi-nobias", "learned", "rope", "remote-code-alibi"]
+CLASSES = {
+    "alibi-nobias": "MptForCausalLM",
+    "learned": "GPT2LMHeadModel",
+    "rope": "GPTNeoXForCausalLM",
+    "remote-code-alibi": "AlilamaForCausalLM",
+}
+
+
+@pytest.fixture(scope="module")
+def expected(tmp_path_factory, native_runs, runs) -> dict[str, Path]:
+    from alilama_core.runs.checkpoint import load_run
+
+    root = tmp_path_factory.mktemp("expected")
+    out = {}
+    for name, run in {**native_runs, "remote-code-alibi": runs["alibi"]}.items():
+        out[name] = root / f"{name}.safetensors"
+        write_expected(load_run(run), out[name])
+    return out
+
+
+@pytest.mark.parametrize("reader", ["transformers-4", "transformers-5"])
+@pytest.mark.parametrize("name", CASES)
+def test_every_export_is_exact_under_old_and_new_transformers(reader, name, native_exports, exports, expected):
+    python = readers_python() if reader == "transformers-4" else Path(sys.executable)
+    result = read_with(python, folders(native_exports, exports)[name], expected[name])
+    assert result["transformers"].startswith("4." if reader == "transformers-4" else "5.")
+    assert result["architecture"] == CLASSES[name]
+    assert result["max_logit_diff"] <= TOLERANCE, result
+    assert result["greedy_equal"] and result["text_equal"] and result["tokenizer_equal"], result
+    assert len(result["greedy"]) > 0
+
+
+def test_the_check_catches_what_transformers_4_got_wrong(native_exports, expected, tmp_path):
+    """The rope export as it was once written (rotary only as rope_parameters): 4.x rotates a quarter of a head."""
+    import shutil
+
+    old = tmp_path / "rope-old"
+    shutil.copytree(native_exports["rope"], old)
+    config = json.loads((old / "config.json").read_text())
+    del config["rotary_pct"], config["rotary_emb_base"]
+    (old / "config.json").write_text(json.dumps(config))
+    result = read_with(readers_python(), old, expected["rope"])
+    assert result["max_logit_diff"] > 1e-2  # silently a different model
+    assert read_with(Path(sys.executable), old, expected["rope"])["max_logit_diff"] <= TOLERANCE  # 5.x: fine
+
+
+def test_export_check_with_another_python_fails_on_a_wrong_reading(native_runs, native_exports, tmp_path):
+    """``--check-with``: the export reads its folder back with another interpreter's transformers."""
+    import shutil
+
+    from alilama_core.contracts.errors import AlilamaError
+    from alilama_core.runs.checkpoint import load_run
+
+    python = str(readers_python())
+    loaded = load_run(native_runs["rope"])
+    note = check_folder(loaded, native_exports["rope"], [python])
+    assert "transformers 4.57" in note and f"({python})" in note and "transformers 5." in note
+    old = tmp_path / "rope-old"
+    shutil.copytree(native_exports["rope"], old)
+    config = json.loads((old / "config.json").read_text())
+    del config["rotary_pct"]
+    (old / "config.json").write_text(json.dumps(config))
+    with pytest.raises(AlilamaError, match=r"read by transformers 4\.57.*logits differ by"):
+        check_folder(loaded, old, [python])
+    with pytest.raises(AlilamaError, match="--check-with /nonexistent/python: could not run it"):
+        check_folder(loaded, native_exports["rope"], ["/nonexistent/python"])
+
+
+def test_native_config_json_carries_every_form_its_readers_read(native_exports):
+    rope = json.loads((native_exports["rope"] / "config.json").read_text())
+    assert rope["rotary_pct"] == 1.0 and rope["rope_parameters"]["partial_rotary_factor"] == 1.0
+    assert rope["rotary_emb_base"] == rope["rope_parameters"]["rope_theta"]
+    gpt2 = json.loads((native_exports["learned"] / "config.json").read_text())
+    assert gpt2["n_ctx"] == gpt2["n_positions"]
+    mpt = json.loads((native_exports["alibi-nobias"] / "config.json").read_text())
+    assert mpt["architectures"] == ["MPTForCausalLM"] and mpt["model_type"] == "mpt"
+
+
+# optimum-onnx exports the folder (a decoder with past key values) and onnxruntime runs it, in the reader env.
+ONNX_READER = textwrap.dedent(
+    """
+    import json, sys
+    import torch
+    from optimum.exporters.onnx import main_export
+    from optimum.onnxruntime import ORTModelForCausalLM
+    from safetensors import safe_open
+
+    folder, expected, out = sys.argv[1:4]
+    with safe_open(expected, framework="pt") as f:
+        want = {k: f.get_tensor(k) for k in f.keys()}
+        meta = f.metadata()
+    main_export(folder, output=out, task="text-generation-with-past", device="cpu", do_validation=False,
+                trust_remote_code=True)  # the remote-code export: to see what optimum makes of it
+    model = ORTModelForCausalLM.from_pretrained(out, use_cache=True)
+    ids = want["ids"]
+    logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits.float()
+    prompt = want["prompt"][None, :]
+    eot = int(meta["eot"])
+    gen = model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
+                         max_new_tokens=int(meta["max_new_tokens"]), pad_token_id=eot)[0, prompt.shape[1]:].tolist()
+    greedy = gen[: gen.index(eot)] if eot in gen else gen
+    print(json.dumps({"max_logit_diff": (logits - want["logits"]).abs().max().item(),
+                      "greedy_equal": greedy == want["greedy"].tolist(), "files": sorted(__import__("os").listdir(out))}))
+    """
+)
+
+
+def onnx_reader(folder: Path, expected: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+    script = tmp_path / "onnx_reader.py"
+    script.write_text(ONNX_READER)
+    return subprocess.run(
+        [str(readers_python()), "-c", WITHOUT_ALILAMA, str(script), str(folder), str(expected), str(tmp_path / "onnx")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""},
+    )
+
+
+@pytest.mark.parametrize("name", ["alibi-nobias", "learned", "rope"])
+def test_optimum_onnx_and_onnxruntime_run_the_native_exports(name, native_exports, expected, tmp_path):
+    proc = onnx_reader(native_exports[name], expected[name], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "model.onnx" in result["files"]
+    assert result["max_logit_diff"] <= 1e-4, result
+    assert result["greedy_equal"], result
+
+
+def test_optimum_onnx_refuses_the_remote_code_export_by_its_model_type(exports, expected, tmp_path):
+    proc = onnx_reader(exports["alibi"], expected["remote-code-alibi"], tmp_path)
+    assert proc.returncode != 0
+    assert "alilama" in proc.stderr.strip().splitlines()[-1].lower(), proc.stderr[-2000:]
