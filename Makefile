@@ -19,14 +19,18 @@ TEST_STAMP     := $(TEST_PLUGIN_DIR)/.installed
 # A Python without Alilama that reads exports as other tools' environments do: the oldest
 # transformers the project admits (the version optimum-onnx pins), optimum-onnx and onnxruntime.
 READERS_ENV    := build/envs/readers
-READERS_STAMP  := $(READERS_ENV)/.installed
 READERS_PACKAGES ?= transformers==4.57.6 optimum-onnx==0.1.0 onnxruntime==1.32.0
+READERS_STAMP  := $(READERS_ENV)/.installed-transformers-4.57.6
+# llama.cpp, as llama-cpp-python builds it, and llama.cpp's own converter from the same source release.
+LLAMA_CPP_VERSION ?= 0.3.36
+LLAMA_STAMP    := $(READERS_ENV)/.llama-cpp-$(LLAMA_CPP_VERSION)
+LLAMA_SRC      := build/llama-cpp-src
 PYTEST_ARGS ?=
 # Test files spread over this many processes (pytest-xdist; each file stays in one process). 1: serial.
 TEST_WORKERS ?= 2
 QUICKSTART_ARGS ?=
 
-.PHONY: readers install quickstart test lint format bench docs docs-serve fuzz native-tests ci clean essay-config figures
+.PHONY: readers llama-cpp install quickstart test lint format bench docs docs-serve fuzz native-tests ci clean essay-config figures
 
 $(STAMP): pyproject.toml CMakeLists.txt $(wildcard native/*.cpp native/*.hpp native/*.py) $(EXAMPLE_PLUGIN)/pyproject.toml
 	@echo "[setup 1/4] creating $(VENV) (once; later runs reuse it)"
@@ -50,7 +54,7 @@ $(TEST_STAMP): $(STAMP) $(foreach p,$(TEST_PLUGINS),$(shell find $(p) -name '*.p
 	@touch $(TEST_STAMP)
 
 # tests/hf/test_reader_versions.py reads every export with it (skipped where it is missing).
-$(READERS_STAMP): Makefile
+$(READERS_STAMP):
 	@echo "[readers] a Python without Alilama for the export tests: torch $(TORCH_VERSION), $(READERS_PACKAGES) (once, about a minute)"
 	rm -rf $(READERS_ENV)
 	$(PYTHON) -m venv $(READERS_ENV)
@@ -59,6 +63,22 @@ $(READERS_STAMP): Makefile
 	@touch $(READERS_STAMP)
 
 readers: $(READERS_STAMP)
+
+# tests/hf/test_gguf.py runs the GGUF exports in it (skipped where it is missing). The first build
+# compiles llama.cpp (about 10 minutes on two cores); pip keeps the wheel, so later builds take seconds.
+$(LLAMA_STAMP): $(READERS_STAMP)
+	@echo "[llama.cpp] llama-cpp-python $(LLAMA_CPP_VERSION) into $(READERS_ENV) (the first time it compiles llama.cpp: about 10 minutes)"
+	CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(READERS_ENV)/bin/python -m pip install -q llama-cpp-python==$(LLAMA_CPP_VERSION)
+	rm -rf $(LLAMA_SRC) && mkdir -p $(LLAMA_SRC)/sdist
+	$(READERS_ENV)/bin/python -m pip download -q --no-deps --no-binary :all: -d $(LLAMA_SRC)/sdist llama-cpp-python==$(LLAMA_CPP_VERSION)
+	tar xzf $(LLAMA_SRC)/sdist/llama_cpp_python-$(LLAMA_CPP_VERSION).tar.gz -C $(LLAMA_SRC) --strip-components=3 \
+		llama_cpp_python-$(LLAMA_CPP_VERSION)/vendor/llama.cpp/convert_hf_to_gguf.py \
+		llama_cpp_python-$(LLAMA_CPP_VERSION)/vendor/llama.cpp/conversion \
+		llama_cpp_python-$(LLAMA_CPP_VERSION)/vendor/llama.cpp/gguf-py
+	rm -rf $(LLAMA_SRC)/sdist
+	@touch $(LLAMA_STAMP)
+
+llama-cpp: $(LLAMA_STAMP)
 
 install: $(STAMP)
 

@@ -66,10 +66,17 @@ CONTENTS: dict[str, tuple[str, ...]] = {
         "README.md",
         *_TRANSIENT,
     ),
+    "onnx": (MARKER, "*.json", "*.onnx", "*.onnx_data", "*.txt", *_TRANSIENT),  # ``alilama export onnx`` (optimum)
 }
 # Folders written before markers existed are recognised by this file.
 LEGACY_SIGNATURE = {"run": "config.yaml", "data": "meta.json"}
-NOUN = {"run": "run", "data": "data folder", "viz": "set of attention pictures", "hf": "Hugging Face export"}
+NOUN = {
+    "run": "run",
+    "data": "data folder",
+    "viz": "set of attention pictures",
+    "hf": "Hugging Face export",
+    "onnx": "ONNX export",
+}
 
 
 def mark(folder: str | os.PathLike[str], kind: str) -> None:

@@ -246,6 +246,102 @@ def register_commands(app):
         if license is None:
             typer.echo("note: no --license given; the model card says so (add one before publishing)")
 
+    @export_app.command(
+        "gguf",
+        epilog=help_examples(
+            "alilama export gguf runs/essay out/essay.gguf",
+            "alilama export gguf runs/essay out/q8.gguf --dtype q8_0 --modelfile",
+            "alilama export gguf runs/essay out/e.gguf --check-with ~/llama/bin/python",
+        ),
+    )
+    def export_gguf_cmd(
+        run: Annotated[str, typer.Argument(help="Run folder (uses RUN/final, else the latest checkpoint).")],
+        out: Annotated[str, typer.Argument(help="The GGUF file to write, e.g. out/essay.gguf.")],
+        dtype: Annotated[
+            str, typer.Option("--dtype", help="f32, f16 or q8_0 (matrices; norms and biases stay f32).")
+        ] = "f32",
+        checkpoint: Annotated[
+            Optional[str], typer.Option("--checkpoint", help="Checkpoint folder name, e.g. step-00001000.")
+        ] = None,
+        modelfile: Annotated[
+            bool, typer.Option("--modelfile", help="Also write an ollama Modelfile beside the GGUF file.")
+        ] = False,
+        force: Annotated[bool, typer.Option("--force", help="Replace OUT (and the Modelfile) if they exist.")] = False,
+        check_with: Annotated[
+            Optional[list[str]],
+            typer.Option(
+                "--check-with",
+                help="A Python with llama-cpp-python that must run the file as Alilama computes it; repeatable.",
+            ),
+        ] = None,
+        progress: Annotated[
+            bool,
+            typer.Option("--progress/--no-progress", help="A progress bar in a terminal (else a line per step)."),
+        ] = True,
+    ) -> None:
+        """Write a GGUF file for llama.cpp, ollama and LM Studio (see docs/sharing.md)."""
+        from alilama_core.app.common import StepProgress
+        from alilama_core.contracts.errors import AlilamaError
+
+        try:
+            import gguf  # noqa: F401
+        except ImportError:
+            raise AlilamaError("exporting GGUF needs the gguf package: pip install 'alilama[gguf]'") from None
+        from alilama_hf.gguf_file import EXPORT_STEPS, export_gguf
+
+        with StepProgress("export", EXPORT_STEPS, progress) as steps:
+            info = export_gguf(
+                run,
+                out,
+                dtype=dtype,
+                checkpoint=checkpoint,
+                modelfile=modelfile,
+                overwrite=force,
+                check_with=check_with,
+                on_step=steps.next_done(),
+            )
+        typer.echo(f"exported {run} to {out} ({info['architecture']}, {dtype}) for llama.cpp")
+        if "modelfile" in info:
+            typer.echo(f"wrote {info['modelfile']}: ollama create NAME -f {info['modelfile']}")
+
+    @export_app.command(
+        "onnx",
+        epilog=help_examples(
+            "alilama export onnx runs/essay-nobias out/onnx --python ~/onnx/bin/python",
+            "alilama export onnx runs/rope out/rope-onnx --force",
+        ),
+    )
+    def export_onnx_cmd(
+        run: Annotated[str, typer.Argument(help="Run folder (uses RUN/final, else the latest checkpoint).")],
+        out: Annotated[str, typer.Argument(help="Folder to write: model.onnx, config.json, the tokenizer.")],
+        python: Annotated[
+            Optional[str],
+            typer.Option(
+                "--python",
+                help="A Python with optimum-onnx and onnxruntime (they need transformers < 4.58); default: this one.",
+            ),
+        ] = None,
+        checkpoint: Annotated[
+            Optional[str], typer.Option("--checkpoint", help="Checkpoint folder name, e.g. step-00001000.")
+        ] = None,
+        force: Annotated[
+            bool, typer.Option("--force", help="Replace an ONNX export that Alilama wrote in OUT (nothing else).")
+        ] = False,
+        progress: Annotated[
+            bool,
+            typer.Option("--progress/--no-progress", help="A progress bar in a terminal (else a line per step)."),
+        ] = True,
+    ) -> None:
+        """Write an ONNX folder for onnxruntime through optimum, checked against the run (see docs/sharing.md)."""
+        from alilama_core.app.common import StepProgress
+        from alilama_hf.onnx_export import EXPORT_STEPS, export_onnx
+
+        with StepProgress("export", EXPORT_STEPS, progress) as steps:
+            result = export_onnx(
+                run, out, python=python, checkpoint=checkpoint, overwrite=force, on_step=steps.next_done()
+            )
+        typer.echo(f"exported {run} to {out} for onnxruntime: {', '.join(result['files'])}")
+
     app.add_typer(export_app, name="export")
 
     @app.command(

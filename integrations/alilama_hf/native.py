@@ -261,10 +261,10 @@ def native_model(model, eot: int | None):
     return hf.eval()
 
 
-def probe_ids(m, n: int = 48) -> Tensor:
-    """Two fixed rows of token ids to compare logits on: ``(2, min(n, context_length))``."""
+def probe_ids(m, n: int = 48, rows: int = 2) -> Tensor:
+    """Fixed rows of token ids to compare logits on: ``(rows, min(n, context_length))``."""
     g = torch.Generator().manual_seed(0)
-    return torch.randint(0, m.vocab_size, (2, min(n, m.context_length)), generator=g)
+    return torch.randint(0, m.vocab_size, (rows, min(n, m.context_length)), generator=g)
 
 
 def max_logit_diff(model, hf, ids: Tensor) -> float:

@@ -4,9 +4,9 @@ The reader environment for transformers 4.x (``build/envs/readers``: torch,
 transformers 4.57, optimum-onnx, onnxruntime; no Alilama) is built by ``make
 test``. The newest transformers is the one installed here, in a process whose
 first statement makes every ``alilama*`` module unimportable. Both run the
-export's own standalone check (``alilama_hf/probe_folder.py``): logits on 48
-tokens (past the 32-token training context), greedy ids and text, and the
-tokenizer's ids, against Alilama's.
+export's own standalone check (``alilama_hf/probe_folder.py``): logits on two
+rows of random ids as long as the training context, greedy ids and text, and
+the tokenizer's ids, against Alilama's.
 """
 
 from __future__ import annotations
@@ -141,58 +141,54 @@ def test_native_config_json_carries_every_form_its_readers_read(native_exports):
     assert mpt["architectures"] == ["MPTForCausalLM"] and mpt["model_type"] == "mpt"
 
 
-# optimum-onnx exports the folder (a decoder with past key values) and onnxruntime runs it, in the reader env.
-ONNX_READER = textwrap.dedent(
-    """
-    import json, sys
-    import torch
-    from optimum.exporters.onnx import main_export
-    from optimum.onnxruntime import ORTModelForCausalLM
-    from safetensors import safe_open
-
-    folder, expected, out = sys.argv[1:4]
-    with safe_open(expected, framework="pt") as f:
-        want = {k: f.get_tensor(k) for k in f.keys()}
-        meta = f.metadata()
-    main_export(folder, output=out, task="text-generation-with-past", device="cpu", do_validation=False,
-                trust_remote_code=True)  # the remote-code export: to see what optimum makes of it
-    model = ORTModelForCausalLM.from_pretrained(out, use_cache=True)
-    ids = want["ids"]
-    logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits.float()
-    prompt = want["prompt"][None, :]
-    eot = int(meta["eot"])
-    gen = model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
-                         max_new_tokens=int(meta["max_new_tokens"]), pad_token_id=eot)[0, prompt.shape[1]:].tolist()
-    greedy = gen[: gen.index(eot)] if eot in gen else gen
-    print(json.dumps({"max_logit_diff": (logits - want["logits"]).abs().max().item(),
-                      "greedy_equal": greedy == want["greedy"].tolist(), "files": sorted(__import__("os").listdir(out))}))
-    """
-)
+# -- ONNX: `alilama export onnx --python` runs optimum-onnx and onnxruntime in the reader environment ---------
 
 
-def onnx_reader(folder: Path, expected: Path, tmp_path: Path) -> subprocess.CompletedProcess:
-    script = tmp_path / "onnx_reader.py"
-    script.write_text(ONNX_READER)
-    return subprocess.run(
-        [str(readers_python()), "-c", WITHOUT_ALILAMA, str(script), str(folder), str(expected), str(tmp_path / "onnx")],
+@pytest.mark.parametrize("name", ["alibi-nobias", "learned", "rope"])
+def test_export_onnx_runs_in_onnxruntime_as_alilama_computes_it(name, native_runs, tmp_path):
+    from alilama_testing import ok, run_cli
+
+    from alilama_core.runs.outputs import kind_of
+
+    out = tmp_path / "onnx"
+    result = run_cli("export", "onnx", str(native_runs[name]), str(out), "--python", str(readers_python()))
+    assert "for onnxruntime: " in ok(result)
+    line = next(x for x in result.stderr.splitlines() if "onnxruntime 1." in x)
+    diff = float(line.split("logits within ")[1].split(",")[0])
+    assert diff <= 1e-4 and "greedy ids equal" in line
+    assert (out / "model.onnx").is_file() and kind_of(out) == "onnx"
+
+
+def test_export_onnx_mistakes(runs, native_runs, tmp_path):
+    from alilama_testing import run_cli
+
+    nope = run_cli("export", "onnx", str(runs["nope"]), str(tmp_path / "a"), "--python", str(readers_python()))
+    assert nope.returncode == 1 and "optimum exports transformers' own architectures" in nope.stderr
+    here = run_cli("export", "onnx", str(native_runs["rope"]), str(tmp_path / "b"))  # this Python has no optimum
+    assert here.returncode == 1 and "needs optimum-onnx and onnxruntime" in here.stderr
+    assert "python -m venv ~/venvs/onnx" in here.stderr and "Traceback" not in here.stderr
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text("mine")
+    taken = run_cli("export", "onnx", str(native_runs["rope"]), str(theirs), "--force", "--python", sys.executable)
+    assert taken.returncode == 1 and (theirs / "notes.txt").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["theirs"]
+
+
+def test_optimum_refuses_the_remote_code_export(exports, expected, tmp_path):
+    from alilama_hf.onnx_export import SCRIPT
+
+    proc = subprocess.run(
+        [
+            str(readers_python()),
+            str(SCRIPT),
+            str(exports["alibi"]),
+            str(tmp_path / "o"),
+            str(expected["remote-code-alibi"]),
+        ],
         capture_output=True,
         text=True,
         timeout=600,
         env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""},
     )
-
-
-@pytest.mark.parametrize("name", ["alibi-nobias", "learned", "rope"])
-def test_optimum_onnx_and_onnxruntime_run_the_native_exports(name, native_exports, expected, tmp_path):
-    proc = onnx_reader(native_exports[name], expected[name], tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert "model.onnx" in result["files"]
-    assert result["max_logit_diff"] <= 1e-4, result
-    assert result["greedy_equal"], result
-
-
-def test_optimum_onnx_refuses_the_remote_code_export_by_its_model_type(exports, expected, tmp_path):
-    proc = onnx_reader(exports["alibi"], expected["remote-code-alibi"], tmp_path)
-    assert proc.returncode != 0
-    assert "alilama" in proc.stderr.strip().splitlines()[-1].lower(), proc.stderr[-2000:]
+    assert proc.returncode != 0 and "trust_remote_code" in proc.stderr

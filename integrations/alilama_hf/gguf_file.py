@@ -1,0 +1,399 @@
+"""A run as one GGUF file for llama.cpp and the tools built on it (ollama, LM Studio, llamafile).
+
+``alilama export gguf RUN OUT.gguf [--dtype f32|f16|q8_0] [--modelfile]``, written
+with the ``gguf`` package that llama.cpp publishes. Each positional scheme goes to
+the llama.cpp architecture that computes it:
+
+==========  ===========  ==========================================================
+Alilama     llama.cpp    how
+==========  ===========  ==========================================================
+ALiBi       ``mpt``      ``mpt.attention.max_alibi_bias = 8``: llama.cpp's slopes
+                         (``2^(-8h/n)``, odd-then-even heads past a power of two)
+                         are Alilama's, checked on the model's own slopes
+NoPE        ``mpt``      ``max_alibi_bias = 0``: no positional term
+learned     ``gpt2``     ``position_embd`` is the learned table
+RoPE        ``gptneox``  NeoX (half) rotation on all of each head's dims, theta kept,
+                         sequential residual
+==========  ===========  ==========================================================
+
+All three take every Alilama weight under one layout: LayerNorm with weight and
+bias (a model without norm or linear biases gets zeros), the attention's ``[q | k |
+v]`` fused projection and the MLP's up and down projections as ``(out, in)``
+matrices, the output head tied to the token embedding (``gptneox`` needs its own
+``output`` tensor: a copy). So one table maps Alilama's weight names onto
+llama.cpp's tensor kinds (``gguf.MODEL_TENSOR``), and ``gguf.TENSOR_NAMES`` names
+them.
+
+What llama.cpp computes differently, measured in ``tests/hf/test_gguf.py``: its
+GELU is the tanh approximation, looked up in a table of float16 inputs, where
+Alilama's is exact (``erf``); logits then differ by about 1e-3 at f32, not 1e-6.
+
+The tokenizer is the run's ``tokenizer.json`` (``Tokenizer.save_hf``) as
+llama.cpp's BPE vocabulary (``tokenizer.ggml.model = gpt2``: byte-level token
+strings and ranked merges), with the pre-tokenizer whose split equals the run's
+pattern (``tokenizer.ggml.pre``): the GPT-4 pattern is llama.cpp's ``dbrx``
+(the same split, no BOS). A tokenizer with another pattern is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from alilama_core.contracts.errors import AlilamaError, UnsupportedError
+
+DTYPES = ("f32", "f16", "q8_0")
+ALIBI_MAX_BIAS = 8.0
+"""The ``max_alibi_bias`` whose llama.cpp slopes are Alilama's ALiBi slopes."""
+ARCHITECTURES = {"alibi": "mpt", "nope": "mpt", "learned": "gpt2", "rope": "gptneox"}
+"""Alilama's built-in positional schemes -> the llama.cpp architecture that computes each."""
+
+
+def pre_tokenizer(pattern: str | None) -> str | None:
+    """The llama.cpp pre-tokenizer (``tokenizer.ggml.pre``) that splits text as ``pattern`` does, if one is known.
+
+    llama.cpp's ``dbrx`` split is the GPT-4 pattern (cl100k's, Alilama's default), written without
+    possessive quantifiers and with ``\\s*[\\r\\n]+`` (which match the same chunks), and it adds no BOS
+    (``llama-bpe``, with the same split, would also skip merges for whole words in the vocabulary).
+    """
+    from alilama_bpe.reference import GPT4_SPLIT_PATTERN
+
+    return {GPT4_SPLIT_PATTERN: "dbrx"}.get(pattern)
+
+
+TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_UNUSED = 1, 3, 5  # llama.cpp's token types (gguf.TokenType)
+TOLERANCE = {"f32": 5e-3, "f16": 1e-2, "q8_0": 1e-1}
+"""Largest logit difference ``--check-with`` accepts from llama.cpp, per ``--dtype``: llama.cpp's GELU
+(tanh, through a float16 table) alone moves logits by up to ~1e-3 (``tests/hf/test_gguf.py`` measures it)."""
+PROBE_FILE = Path(__file__).resolve().parent / "probe_gguf.py"
+EXPORT_STEPS = 4
+"""``export_gguf``'s ``on_step`` calls: loaded, written, read back, checked (``--check-with``) or skipped."""
+
+
+def _tensor_kinds():
+    from gguf import MODEL_TENSOR as T
+
+    return {
+        "tok_emb": T.TOKEN_EMBD,
+        "positional.table": T.POS_EMBD,
+        "ln_f": T.OUTPUT_NORM,
+        "ln_attn": T.ATTN_NORM,
+        "attn.qkv": T.ATTN_QKV,
+        "attn.proj": T.ATTN_OUT,
+        "ln_mlp": T.FFN_NORM,
+        "mlp.fc": T.FFN_UP,
+        "mlp.proj": T.FFN_DOWN,
+    }
+
+
+def llama_cpp_alibi_slopes(n_heads: int, max_bias: float = ALIBI_MAX_BIAS) -> torch.Tensor:
+    """The slopes llama.cpp's soft_max applies for ``max_bias`` (ggml's ``ggml_compute_forward_soft_max``)."""
+    n_log2 = 2 ** int(torch.log2(torch.tensor(float(n_heads))).floor())
+    m0 = 2.0 ** (-max_bias / n_log2)
+    m1 = 2.0 ** (-(max_bias / 2.0) / n_log2)
+    return torch.tensor([m0 ** (h + 1) if h < n_log2 else m1 ** (2 * (h - n_log2) + 1) for h in range(n_heads)])
+
+
+def gguf_reason(model) -> str | None:
+    """``None`` when llama.cpp has an architecture for ``model`` (an Alilama ``GPT``), else why not."""
+    m = model.config
+    arch = ARCHITECTURES.get(m.positional)
+    if arch is None:
+        schemes = ", ".join(f"{k} ({v})" for k, v in ARCHITECTURES.items())
+        return f"positional scheme {m.positional!r} has no llama.cpp architecture (these do: {schemes})"
+    extra = set(m.positional_options or {}) - ({"theta"} if m.positional == "rope" else set())
+    if extra:
+        return f"llama.cpp's {arch} has no setting for positional_options {sorted(extra)}"
+    if m.positional == "alibi":
+        ours = model.positional.slopes().cpu()
+        if not torch.allclose(ours, llama_cpp_alibi_slopes(m.n_heads), rtol=0, atol=1e-7):
+            return f"this model's ALiBi slopes are not llama.cpp's for max_alibi_bias {ALIBI_MAX_BIAS:g}"
+    unmapped = [n for n, _ in model.named_parameters() if _kind_of(n) is None]
+    if unmapped:
+        return f"llama.cpp's {arch} has no place for the parameters {unmapped[:4]}"
+    return None
+
+
+def _kind_of(name: str):
+    """``(gguf.MODEL_TENSOR, block or None, "weight"|"bias")`` of an Alilama weight name, or ``None``."""
+    kinds = _tensor_kinds()
+    match = re.fullmatch(r"(?:blocks\.(\d+)\.)?(.+)\.(weight|bias)", name)
+    if match is None or match.group(2) not in kinds:
+        return None
+    block = int(match.group(1)) if match.group(1) is not None else None
+    return kinds[match.group(2)], block, match.group(3)
+
+
+def gguf_tensors(model) -> dict[str, torch.Tensor]:
+    """llama.cpp tensor name -> float32 tensor, every bias present (zeros where the model has none)."""
+    from gguf import MODEL_TENSOR as T
+    from gguf import TENSOR_NAMES
+
+    m = model.config
+    state = {k: v.detach().float().cpu() for k, v in model.state_dict().items()}
+    out: dict[str, torch.Tensor] = {}
+    for name, value in state.items():
+        kind = _kind_of(name)
+        if kind is None:
+            continue  # buffers llama.cpp recomputes (ALiBi slopes, rotary frequencies), checked in gguf_reason
+        tensor, block, part = kind
+        out[TENSOR_NAMES[tensor].format(bid=block) + "." + part] = value
+    for name, value in list(out.items()):  # biases the model was trained without
+        if name.endswith(".weight") and not name.startswith(("token_embd", "position_embd")):
+            out.setdefault(name[: -len("weight")] + "bias", torch.zeros(value.shape[0]))
+    if ARCHITECTURES[m.positional] == "gptneox":  # it has no tied head: the embedding, again
+        out[TENSOR_NAMES[T.OUTPUT] + ".weight"] = out[TENSOR_NAMES[T.TOKEN_EMBD] + ".weight"].clone()
+    return out
+
+
+def vocabulary(tok, vocab_size: int) -> dict[str, Any]:
+    """llama.cpp's BPE vocabulary from the tokenizer's ``tokenizer.json``: tokens, types, merges, pre-tokenizer."""
+    if not tok.hf_export:
+        raise AlilamaError(
+            f"the run's tokenizer (kind {tok.name!r}) cannot write a tokenizer.json, which the GGUF vocabulary "
+            "is made from; export needs a tokenizer that declares hf_export"
+        )
+    pattern = getattr(tok, "pattern", None)
+    pre = pre_tokenizer(pattern)
+    if pre is None:
+        raise UnsupportedError(
+            f"the tokenizer splits text with the pattern {pattern!r}, and no llama.cpp pre-tokenizer is known "
+            "to split it the same way (the GPT-4 pattern, Alilama's default, is llama.cpp's 'dbrx')"
+        )
+    with tempfile.TemporaryDirectory(prefix="alilama-gguf-") as tmp:
+        data = json.loads(Path(tok.save_hf(tmp)).read_text(encoding="utf-8"))
+    by_id = {i: t for t, i in data["model"]["vocab"].items()}
+    specials = {t["id"] for t in data.get("added_tokens", []) if t.get("special")}
+    if tok.vocab_size > vocab_size:
+        raise AlilamaError(f"the tokenizer has {tok.vocab_size} tokens but the model only {vocab_size}")
+    tokens, types = [], []
+    for i in range(vocab_size):  # ids the tokenizer never makes (a model padded past it): unused
+        tokens.append(by_id.get(i, f"[UNUSED_{i}]"))
+        types.append(TOKEN_CONTROL if i in specials else TOKEN_NORMAL if i in by_id else TOKEN_UNUSED)
+    merges = [m if isinstance(m, str) else " ".join(m) for m in data["model"]["merges"]]
+    return {"tokens": tokens, "types": types, "merges": merges, "pre": pre}
+
+
+def write_gguf(loaded, path: Path, dtype: str = "f32", name: str | None = None) -> dict[str, Any]:
+    """Write ``loaded`` (a ``LoadedRun``) to ``path`` atomically; returns what was written (for the CLI)."""
+    import gguf
+
+    from alilama_core.contracts.files import file_mode
+
+    if dtype not in DTYPES:
+        raise AlilamaError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    model, tok, m = loaded.model, loaded.tokenizer, loaded.config.model
+    reason = gguf_reason(model)
+    if reason is not None:
+        raise UnsupportedError(f"cannot export as GGUF: {reason}; export hf --format remote-code keeps it")
+    arch = ARCHITECTURES[m.positional]
+    vocab = vocabulary(tok, m.vocab_size)
+    tensors = gguf_tensors(model)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        w = gguf.GGUFWriter(tmp, arch)
+        w.add_name(name or path.stem)
+        w.add_file_type(_file_type(dtype))
+        w.add_context_length(m.context_length)
+        w.add_embedding_length(m.d_model)
+        w.add_block_count(m.n_layers)
+        w.add_feed_forward_length(m.d_mlp)
+        w.add_head_count(m.n_heads)
+        w.add_head_count_kv(m.n_heads)
+        w.add_layer_norm_eps(m.norm_eps)
+        if arch == "mpt":
+            w.add_max_alibi_bias(ALIBI_MAX_BIAS if m.positional == "alibi" else 0.0)
+        if arch == "gptneox":
+            w.add_rope_dimension_count(m.d_model // m.n_heads)
+            w.add_rope_freq_base(float(model.positional.theta))
+            w.add_parallel_residual(False)
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre(vocab["pre"])
+        w.add_token_list(vocab["tokens"])
+        w.add_token_types(vocab["types"])
+        w.add_token_merges(vocab["merges"])
+        if tok.eot_id is not None:
+            w.add_bos_token_id(tok.eot_id)
+            w.add_eos_token_id(tok.eot_id)
+            w.add_pad_token_id(tok.eot_id)
+        w.add_add_bos_token(False)
+        w.add_add_eos_token(False)
+        for tensor_name, value in tensors.items():
+            data, qtype = _encode(value, dtype)
+            w.add_tensor(tensor_name, data, raw_dtype=qtype)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        os.chmod(tmp, file_mode())  # mkstemp makes 0600 files
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return {"architecture": arch, "dtype": dtype, "tensors": len(tensors), "pre": vocab["pre"]}
+
+
+def _file_type(dtype: str):
+    from gguf import LlamaFileType as F
+
+    return {"f32": F.ALL_F32, "f16": F.MOSTLY_F16, "q8_0": F.MOSTLY_Q8_0}[dtype]
+
+
+def _encode(value: torch.Tensor, dtype: str):
+    """``(numpy array, gguf type)``: matrices in ``dtype``; vectors (norms, biases) stay f32, as llama.cpp keeps them."""
+    import numpy as np
+    from gguf import GGMLQuantizationType as Q
+    from gguf import quants
+
+    array = value.numpy().astype(np.float32)
+    if array.ndim < 2 or dtype == "f32":
+        return array, Q.F32
+    if dtype == "f16":
+        return array.astype(np.float16), Q.F16
+    if array.shape[-1] % quants.GGML_QUANT_SIZES[Q.Q8_0][0]:
+        return array.astype(np.float16), Q.F16  # rows that do not split into q8_0 blocks of 32
+    return quants.quantize(array, Q.Q8_0), Q.Q8_0
+
+
+def modelfile_text(loaded, gguf_name: str) -> str:
+    """An ollama ``Modelfile`` for the GGUF file ``gguf_name`` beside it: a base model's plain template."""
+    from alilama_core.engine.generation import SamplingSettings
+
+    tok, m = loaded.tokenizer, loaded.config.model
+    eot = {i: t for t, i in tok.special_tokens.items()}.get(tok.eot_id)
+    defaults = SamplingSettings()
+    lines = [
+        "# ollama create NAME -f Modelfile, then: ollama run NAME 'Once upon a time'",
+        f"FROM ./{gguf_name}",
+        "# a base model: the prompt is continued as it is, with no chat roles",
+        'TEMPLATE """{{ .Prompt }}"""',
+        *([f'PARAMETER stop "{eot}"'] if eot else []),
+        f"PARAMETER num_ctx {m.context_length}",
+        f"PARAMETER temperature {defaults.temperature:g}",
+        f"PARAMETER num_predict {defaults.max_new_tokens}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def export_gguf(
+    run,
+    out,
+    *,
+    dtype: str = "f32",
+    checkpoint: str | None = None,
+    modelfile: bool = False,
+    overwrite: bool = False,
+    check_with: list[str] | None = None,
+    on_step=None,
+) -> dict[str, Any]:
+    """Write ``run`` as the GGUF file ``out`` (and ``Modelfile`` beside it); what was written and checked.
+
+    ``out`` must not exist unless ``overwrite`` (``--force``); it is written under a
+    temporary name and renamed when complete, so a failure or a kill leaves the
+    old file (or none). The file is read back with ``gguf``'s reader; each Python in
+    ``check_with`` runs it in llama.cpp (``probe_gguf.py``) against Alilama's logits,
+    greedy ids and tokenizer, and a difference beyond ``TOLERANCE[dtype]`` or a
+    different tokenization fails the export (the file is removed).
+    """
+    import gguf
+
+    from alilama_core.contracts.files import atomic_write_text
+    from alilama_core.runs.checkpoint import load_run
+    from alilama_hf.export import require_exact_attention
+
+    step = on_step or (lambda text: None)
+    out = Path(out)
+    if dtype not in DTYPES:
+        raise AlilamaError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    targets = [out] + ([out.parent / "Modelfile"] if modelfile else [])
+    for target in targets:
+        if target.is_dir():
+            raise AlilamaError(f"{target} is a folder; give the GGUF file's path, e.g. {target / 'model.gguf'}")
+        if target.exists() and not overwrite:
+            raise AlilamaError(f"{target} exists; pass --force to replace it, or choose another path")
+    loaded = load_run(run, checkpoint=checkpoint)
+    step(f"loaded {run} checkpoint {loaded.checkpoint.name}")
+    require_exact_attention(run, loaded, "llama.cpp")
+    staging = out.parent / f".{out.name}.{os.getpid()}.checking"  # becomes ``out`` once it has been checked
+    try:
+        info = write_gguf(loaded, staging, dtype, name=out.stem)
+        step(f"wrote {out.name}: llama.cpp architecture {info['architecture']}, {dtype}, pre-tokenizer {info['pre']}")
+        reader = gguf.GGUFReader(staging)
+        arch = reader.fields["general.architecture"]
+        written = bytes(arch.parts[arch.data[0]]).decode()
+        if written != info["architecture"] or len(reader.tensors) != info["tensors"]:
+            raise AlilamaError(f"{out} did not read back: architecture {written!r}, {len(reader.tensors)} tensors")
+        del reader  # it maps the file
+        step(f"read it back with gguf {_version('gguf')}: {info['tensors']} tensors")
+        info["checks"] = check_gguf(loaded, staging, dtype, check_with or [])
+        if check_with:
+            step("ran it in llama.cpp: " + "; ".join(_check_line(c) for c in info["checks"]))
+        else:
+            step("not run in llama.cpp (--check-with PYTHON runs it where llama-cpp-python is installed)")
+        os.replace(staging, out)
+    finally:
+        staging.unlink(missing_ok=True)
+    if modelfile:
+        atomic_write_text(out.parent / "Modelfile", modelfile_text(loaded, out.name))
+        info["modelfile"] = str(out.parent / "Modelfile")
+    return info
+
+
+def _version(dist: str) -> str:
+    from importlib.metadata import version
+
+    return version(dist)
+
+
+def _check_line(check: dict) -> str:
+    greedy = "greedy ids equal" if check["greedy_equal"] else "greedy ids differ"
+    return f"llama-cpp-python {check['llama_cpp']}: logits within {check['max_logit_diff']:.1e}, {greedy}"
+
+
+def check_gguf(loaded, path: Path, dtype: str, pythons: list[str]) -> list[dict]:
+    """Run ``path`` in llama.cpp under each Python; raise unless it computes the run's model (see ``TOLERANCE``)."""
+    import subprocess
+
+    from alilama_hf.export import write_expected
+
+    results: list[dict] = []
+    if not pythons:
+        return results
+    with tempfile.TemporaryDirectory(prefix="alilama-gguf-probe-") as tmp:
+        expected = Path(tmp) / "expected.safetensors"
+        write_expected(loaded, expected)
+        for python in pythons:
+            try:
+                proc = subprocess.run(
+                    [python, str(PROBE_FILE), str(path), str(expected)],
+                    capture_output=True,
+                    text=True,
+                    timeout=600,
+                    stdin=subprocess.DEVNULL,
+                )
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                raise AlilamaError(f"--check-with {python}: could not run it ({exc})") from None
+            if proc.returncode != 0:
+                tail = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+                raise AlilamaError(
+                    f"--check-with {python}: llama.cpp did not run the file: {tail} "
+                    "(that Python needs llama-cpp-python, numpy and safetensors)"
+                )
+            result = json.loads(proc.stdout.strip().splitlines()[-1])
+            if not result["tokenizer_equal"]:
+                raise AlilamaError(f"--check-with {python}: llama.cpp's tokenizer gives other ids than the run's")
+            if not result["max_logit_diff"] <= TOLERANCE[dtype]:
+                raise AlilamaError(
+                    f"--check-with {python}: llama.cpp's logits differ from the run's by "
+                    f"{result['max_logit_diff']:.2e}, more than {TOLERANCE[dtype]:g} at {dtype}"
+                )
+            results.append(result)
+    return results
