@@ -76,11 +76,13 @@ def plugins_cmd(
     for kind, table in reg.tables().items():
         for name, entry in sorted(table.items()):
             status, reason = "ok", ""
-            if check or kind == "attention":
+            if check or kind in ("attention", "logger"):
                 try:
                     obj = entry.resolve()
                     if isinstance(obj, AttentionBackend):
                         reason = obj.available() or ""
+                    elif kind == "logger" and hasattr(obj, "check_available"):
+                        obj.check_available()  # a missing library: the extra that installs it
                 except Exception as exc:  # an import error is shown, not raised
                     reason = f"{type(exc).__name__}: {exc}"
                 status = "unavailable" if reason else "ok"
@@ -297,6 +299,116 @@ def generate_cmd(
         sys.stdout.flush()
         if not generated:
             plain_line(f"note: {_why_nothing(max_new_tokens, room)}")
+
+
+@app.command(
+    "serve",
+    epilog=help_examples(
+        "alilama serve runs/essay",
+        "alilama serve runs/essay --port 8080 --api-key $KEY --max-batch 16",
+    ),
+)
+def serve_cmd(
+    run: Annotated[str, typer.Argument(help="Run folder (uses RUN/final, else the latest checkpoint).")],
+    host: Annotated[str, typer.Option("--host", help="Address to listen on (127.0.0.1: this machine only).")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[int, typer.Option("--port", help="TCP port.")] = 8000,
+    api_key: Annotated[
+        Optional[str],
+        typer.Option("--api-key", envvar="ALILAMA_API_KEY", help="Require Authorization: Bearer KEY on every request."),
+    ] = None,
+    max_batch: Annotated[int, typer.Option("--max-batch", help="Sequences decoded together.")] = 8,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", help="Largest max_tokens a request may ask for.")] = 256,
+    max_prompt_tokens: Annotated[
+        Optional[int], typer.Option("--max-prompt-tokens", help="Longest prompt accepted (default 768).")
+    ] = None,
+    max_queue: Annotated[int, typer.Option("--max-queue", help="Sequences that may wait for the batch.")] = 64,
+    checkpoint: Annotated[
+        Optional[str], typer.Option("--checkpoint", help="Checkpoint folder name, e.g. step-00001000.")
+    ] = None,
+    device: commands.DeviceOpt = "auto",
+    threads: commands.ThreadsOpt = None,
+) -> None:
+    """Serve a run over the OpenAI HTTP API (completions and chat, streamed), batching concurrent requests."""
+    from pathlib import Path
+
+    import importlib.util
+
+    from alilama_core.app.serve import Limits, serve
+    from alilama_core.runs.checkpoint import load_run
+
+    missing = [m for m in ("starlette", "uvicorn") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise AlilamaError(f"serving needs {' and '.join(missing)}: pip install 'alilama[serve]'")
+
+    for name, value in (("--max-batch", max_batch), ("--max-tokens", max_tokens), ("--max-queue", max_queue)):
+        if value < 1:
+            raise AlilamaError(f"{name} must be at least 1, got {value}")
+    if not 0 < port < 65536:
+        raise AlilamaError(f"--port must be between 1 and 65535, got {port}")
+    n_threads = commands.set_threads(threads)
+    where = commands.choose_device(device)
+    with loud_warnings():
+        loaded = load_run(run, checkpoint=checkpoint, map_location=where)
+    limit = loaded.model.positional.max_positions
+    prompt_limit = max_prompt_tokens or (768 if limit is None else max(1, limit - 1))
+    if prompt_limit < 1:
+        raise AlilamaError(f"--max-prompt-tokens must be at least 1, got {prompt_limit}")
+    limits = Limits(max_tokens=max_tokens, max_prompt_tokens=prompt_limit, max_batch=max_batch, max_queue=max_queue)
+    model_id = Path(run).resolve().name
+    plain_line(commands.describe_loaded(loaded, where, n_threads, ("short", "decode")))
+    plain_line(f"serving {model_id} on http://{host}:{port}/v1 (batch {max_batch}, queue {max_queue})")
+    serve(loaded, model_id, host, port, limits, api_key)
+
+
+@app.command(
+    "chat",
+    epilog=help_examples("alilama chat runs/essay", "alilama chat runs/essay --temperature 0.7 --top-k 40"),
+)
+def chat_cmd(
+    run: Annotated[str, typer.Argument(help="Run folder (uses RUN/final, else the latest checkpoint).")],
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", "-n", help="Longest reply, in tokens.")] = 100,
+    temperature: Annotated[float, typer.Option("--temperature", "-t", help="Divides the logits; 0 is greedy.")] = 0.8,
+    top_k: Annotated[Optional[int], typer.Option("--top-k", help="Sample only among the k likeliest tokens.")] = None,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="Random seed.")] = None,
+    checkpoint: Annotated[
+        Optional[str], typer.Option("--checkpoint", help="Checkpoint folder name, e.g. step-00001000.")
+    ] = None,
+    device: commands.DeviceOpt = "auto",
+    threads: commands.ThreadsOpt = None,
+) -> None:
+    """Chat with a run in the terminal (streamed; /reset clears the history, /quit or Ctrl-D leaves)."""
+    import sys
+
+    from alilama_core.app.serve import chat_turns
+    from alilama_core.engine.chat import run_template
+    from alilama_core.engine.generation import SamplingSettings
+    from alilama_core.runs.checkpoint import load_run
+
+    settings = SamplingSettings(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, seed=seed)
+    settings.validate()
+    n_threads = commands.set_threads(threads)
+    where = commands.choose_device(device)
+    with loud_warnings():
+        loaded = load_run(run, checkpoint=checkpoint, map_location=where)
+    plain_line(commands.describe_loaded(loaded, where, n_threads, ("short", "decode")))
+    interactive = sys.stdin.isatty()
+    if interactive:
+        err_console.print("a base model continues text; it was not trained to chat. /reset, /quit", highlight=False)
+
+    def read() -> str | None:
+        if interactive:
+            sys.stdout.write("you> ")
+            sys.stdout.flush()
+        line = sys.stdin.readline()
+        return None if line == "" else line
+
+    def write(text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    chat_turns(loaded, settings, run_template(loaded.path), read, write)
 
 
 def _why_nothing(max_new_tokens: int, room: int | None) -> str:

@@ -98,7 +98,8 @@ class KVCache:
         stop = start + k.size(2)
         if stop > self.capacity(layer):
             self._grow(layer, k, stop)
-        keys, values = self._keys[layer], self._values[layer]
+        rows = k.size(0)  # a running batch may step its first rows only (``reserve``)
+        keys, values = self._keys[layer][:rows], self._values[layer][:rows]
         keys[:, :, start:stop] = k
         values[:, :, start:stop] = v
         self._lengths[layer] = stop
@@ -107,6 +108,37 @@ class KVCache:
     def crop(self, length: int) -> None:
         """Keep only the first ``length`` positions (e.g. to undo a step)."""
         self._lengths = [min(n, length) for n in self._lengths]
+
+    # -- rows that join and leave (continuous batching, ``alilama_core.engine.batching``) --------------
+
+    def reserve(self, like: "KVCache", batch: int, capacity: int) -> None:
+        """Allocate ``batch`` rows of ``capacity`` positions, shaped as ``like``'s layers, all empty."""
+        self._keys = [k.new_zeros(batch, k.size(1), capacity, k.size(3)) for k in like._keys]
+        self._values = [v.new_zeros(batch, v.size(1), capacity, v.size(3)) for v in like._values]
+        self._lengths = [0] * len(self._keys)
+
+    def place(self, row: int, source: "KVCache", stop: int) -> None:
+        """Copy ``source``'s one row of positions into ``row``, ending at position ``stop`` (left of it: old data)."""
+        n = len(source)
+        for mine, theirs in ((self._keys, source._keys), (self._values, source._values)):
+            for layer, buffer in enumerate(mine):
+                buffer[row, :, stop - n : stop] = theirs[layer][0, :, :n]
+
+    def shift(self, by: int) -> None:
+        """Move every row's positions ``by`` places right (``by < 0``: left, dropping the first ``-by``)."""
+        for buffers in (self._keys, self._values):
+            for buffer in buffers:
+                n = self._lengths[0]
+                if by > 0:
+                    buffer[:, :, by : by + n] = buffer[:, :, :n].clone()
+                    buffer[:, :, :by] = 0
+                else:
+                    buffer[:, :, : n + by] = buffer[:, :, -by:n].clone()
+        self._lengths = [n + by for n in self._lengths]
+
+    def set_length(self, length: int) -> None:
+        """Treat the first ``length`` positions of every row as filled (rows join between steps)."""
+        self._lengths = [length] * len(self._keys)
 
 
 class _Attention:

@@ -47,6 +47,7 @@ CONTENTS: dict[str, tuple[str, ...]] = {
         "final",
         "*.png",
         "task-eval.json",
+        "chat_template.jinja",  # the run's own chat template (alilama_core.engine.chat), written by its user
         *_TRANSIENT,
     ),
     "data": (MARKER, "meta.json", "train.bin", "val.bin", "tokenizer", *_TRANSIENT),

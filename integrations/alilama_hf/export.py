@@ -411,7 +411,9 @@ def _write_export(
 
         _merge_config_json(out / "config.json", reader_keys(loaded.config.model))
     on_step("wrote the weights and config.json" + (" and the model code" if chosen == "remote-code" else ""))
-    write_tokenizer(tok, out, model_max_length=loaded.config.model.context_length)
+    from alilama_core.engine.chat import run_template
+
+    write_tokenizer(tok, out, model_max_length=loaded.config.model.context_length, chat_template=run_template(run))
     on_step("converted the tokenizer: tokenizer.json, tokenizer_config.json, special_tokens_map.json")
     on_step(check_folder(loaded, out, check_with))
     card = model_card(
@@ -561,7 +563,7 @@ def check_folder(loaded, folder: Path, check_with: list[str]) -> str:
     )
 
 
-def write_tokenizer(tok, out: Path, model_max_length: int | None = None) -> None:
+def write_tokenizer(tok, out: Path, model_max_length: int | None = None, chat_template: str | None = None) -> None:
     """``tokenizer.json`` + ``tokenizer_config.json`` + ``special_tokens_map.json`` for ``AutoTokenizer``.
 
     ``model_max_length`` is the training context: ``truncation=True`` cuts
@@ -580,6 +582,7 @@ def write_tokenizer(tok, out: Path, model_max_length: int | None = None) -> None
         "add_bos_token": False,
         "add_eos_token": False,
         "padding_side": "left",
+        **({"chat_template": chat_template} if chat_template else {}),
         **specials,
         "added_tokens_decoder": {
             str(i): {

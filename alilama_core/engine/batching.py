@@ -1,0 +1,213 @@
+"""Continuous batching: sequences join and leave a running batch between decode steps.
+
+One forward pass per decode step serves every sequence in the batch, so many
+clients cost little more than one. A sequence that joins is prefilled alone
+(its prompt through the model into a cache of its own), its first token is
+sampled, and its keys and values are placed in a free row of the batch's
+``KVCache`` so that they end where the other rows' end: rows are left-padded,
+the padding masked (``key_padding_mask``), and each row carries its own
+position ids, as ``generate_stream`` does for a padded batch. A sequence that
+ends (end-of-text, its ``max_new_tokens``, the end of a bounded position
+table) or is dropped by its caller (``leave``: a client went away) frees its
+row at once; the next ``join`` takes it.
+
+The batch's cache is ``capacity`` positions wide. Each step adds one column
+for every row; when the columns run out, the ones no live row still uses are
+dropped from the left. A sequence longer than ``capacity`` ends with
+``"length"``.
+
+Each sequence samples with its own ``SamplingSettings`` and its own seeded
+generator, through the one ``next_token`` of ``generate``, so a sequence's
+tokens do not depend on who else is in the batch: greedy and seeded sampling
+give what ``generate`` gives for that prompt alone (the tests hold both).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from alilama_core.contracts.errors import ConfigError
+from alilama_core.engine.generation import SamplingSettings, next_token, position_room
+from alilama_core.engine.model import GPT, KVCache
+
+
+@dataclass
+class Sequence:
+    """One sequence in the batch: its row, its settings and what it has made so far."""
+
+    handle: int
+    row: int
+    settings: SamplingSettings
+    generator: torch.Generator
+    prompt: list[int]
+    limit: int
+    """How many new tokens it may make: ``max_new_tokens``, or fewer where the position table ends."""
+    new: list[int] = field(default_factory=list)
+    pending: int | None = None
+    """The token sampled last, fed to the model at the next step."""
+    logprobs: int | None = None
+    """Report each token's log-probability and this many likeliest alternatives (``None``: none)."""
+
+
+@dataclass
+class Event:
+    """What one sequence did at a step: a new ``token`` (``None`` at end-of-text) and, when it ended, why."""
+
+    handle: int
+    token: int | None
+    finish_reason: str | None = None
+    """``None`` while it goes on; ``"stop"`` at end-of-text; ``"length"`` at its token limit."""
+    logprob: float | None = None
+    """The token's log-probability under the model (before temperature, top-k and top-p), if asked for."""
+    top: list[tuple[int, float]] | None = None
+    """The likeliest tokens and their log-probabilities, if asked for."""
+
+
+class ContinuousBatch:
+    """A running batch of up to ``rows`` sequences over one model (see the module doc)."""
+
+    def __init__(self, model: GPT, rows: int = 8, capacity: int = 1024, eot_id: int | None = None) -> None:
+        if rows < 1 or capacity < 2:
+            raise ConfigError(f"a batch needs rows >= 1 and capacity >= 2, got rows={rows}, capacity={capacity}")
+        self.model, self.rows, self.capacity, self.eot_id = model, rows, capacity, eot_id
+        self.device = next(model.parameters()).device
+        self.cache = KVCache()
+        self.reserved = False
+        self.mask = torch.zeros(rows, capacity, dtype=torch.bool, device=self.device)
+        self.positions = torch.zeros(rows, dtype=torch.long, device=self.device)
+        self.length = 0
+        """Columns of the cache in use (the same for every row)."""
+        self.live: dict[int, Sequence] = {}
+        self._next_handle = 0
+
+    def __len__(self) -> int:
+        return len(self.live)
+
+    @property
+    def free_rows(self) -> int:
+        return self.rows - len(self.live)
+
+    @torch.no_grad()
+    def join(self, prompt: list[int], settings: SamplingSettings, logprobs: int | None = None) -> tuple[int, Event]:
+        """Add a sequence: prefill ``prompt`` alone, sample its first token; ``(handle, that first event)``.
+
+        ``logprobs``: each event then carries the token's log-probability and the ``logprobs``
+        likeliest tokens with theirs (0: the token's alone).
+        """
+        settings.validate()
+        if not prompt:
+            raise ConfigError("a prompt needs at least one token (encode an empty prompt as the EOT token)")
+        if settings.max_new_tokens < 1:
+            raise ConfigError("a sequence joins a batch to make at least one token (max_new_tokens >= 1)")
+        if not self.free_rows:
+            raise ConfigError(f"the batch is full ({self.rows} rows); wait for a sequence to end")
+        if len(prompt) >= self.capacity:
+            raise ConfigError(f"the prompt has {len(prompt)} tokens; this batch holds at most {self.capacity - 1}")
+        room = position_room(self.model, len(prompt))
+        if room is not None and room < 1:
+            raise ConfigError(
+                f"the prompt has {len(prompt)} tokens but positional scheme {self.model.config.positional!r} "
+                f"covers {self.model.positional.max_positions} positions; shorten the prompt"
+            )
+        generator = torch.Generator(device=self.device)
+        generator.manual_seed(settings.seed) if settings.seed is not None else generator.seed()
+        own = KVCache(capacity=len(prompt))
+        ids = torch.tensor([prompt], dtype=torch.long, device=self.device)
+        logits = self.model(ids, cache=own, logits_to_keep=1)[:, -1]  # (1, V)
+        row = min(set(range(self.rows)) - {s.row for s in self.live.values()})
+        limit = settings.max_new_tokens if room is None else min(settings.max_new_tokens, room)
+        seq = Sequence(self._next_handle, row, settings, generator, list(prompt), limit, logprobs=logprobs)
+        self._next_handle += 1
+        self._place(seq, own)
+        self.live[seq.handle] = seq
+        return seq.handle, self._sampled(seq, logits)
+
+    def leave(self, handle: int) -> None:
+        """Drop a sequence (its caller stopped listening); its row is free at once. Unknown handles are ignored."""
+        self.live.pop(handle, None)
+
+    @torch.no_grad()
+    def step(self) -> list[Event]:
+        """One decode step for every live sequence: one forward pass, one event each."""
+        if not self.live:
+            return []
+        if self.length + 1 > self.capacity:
+            self._compact()
+        used = 1 + max(seq.row for seq in self.live.values())  # rows above the last live one are not computed
+        inputs = torch.zeros(used, 1, dtype=torch.long, device=self.device)
+        for seq in self.live.values():
+            inputs[seq.row, 0] = seq.pending
+        # Free rows attend to this step's column alone: finite numbers everywhere, never a row with nothing to see.
+        self.mask[:, self.length] = True
+        self.cache.set_length(self.length)
+        logits = self.model(
+            inputs,
+            cache=self.cache,
+            key_padding_mask=self.mask[:used, : self.length + 1],
+            position_ids=self.positions[:used, None],
+            logits_to_keep=1,
+        )[:, -1]  # (used, V)
+        self.length += 1
+        self.positions += 1  # rows not computed this step are free: their positions are reset when one joins
+        return [self._sampled(seq, logits[seq.row : seq.row + 1]) for seq in list(self.live.values())]
+
+    # -- inside -------------------------------------------------------------------------------------
+
+    def _sampled(self, seq: Sequence, logits: Tensor) -> Event:
+        """Sample ``seq``'s next token from ``(1, V)`` logits; end it where it is done."""
+        history = None
+        if seq.settings.repetition_penalty:
+            history = torch.tensor([seq.prompt + seq.new], dtype=torch.long, device=self.device)
+        token = int(next_token(logits, seq.settings, history, seq.generator)[0])
+        scores: dict = {}
+        if seq.logprobs is not None:
+            logp = logits[0].float().log_softmax(-1)
+            scores["logprob"] = float(logp[token])
+            top = logp.topk(seq.logprobs) if seq.logprobs else None
+            scores["top"] = [] if top is None else [(int(i), float(v)) for v, i in zip(top.values, top.indices)]
+        if self.eot_id is not None and token == self.eot_id:
+            self.live.pop(seq.handle, None)
+            return Event(seq.handle, None, "stop")
+        seq.new.append(token)
+        seq.pending = token
+        if len(seq.new) >= seq.limit or len(seq.prompt) + len(seq.new) >= self.capacity:
+            self.live.pop(seq.handle, None)
+            return Event(seq.handle, token, "length", **scores)
+        return Event(seq.handle, token, **scores)
+
+    def _place(self, seq: Sequence, own: KVCache) -> None:
+        """Put the prefilled ``own`` cache in ``seq``'s row so that it ends at the batch's current column."""
+        n = len(own)
+        if not self.reserved:
+            self.cache.reserve(own, self.rows, self.capacity)
+            self.reserved = True
+        if not self.live:  # an empty batch starts again at column 0
+            self.length = 0
+            self.mask.zero_()
+        if n > self.length:  # everyone moves right to make room for the longer prompt
+            if self.length:
+                self._shift(n - self.length)
+            self.length = n
+        self.cache.set_length(self.length)
+        self.cache.place(seq.row, own, self.length)
+        self.mask[seq.row] = False
+        self.mask[seq.row, self.length - n : self.length] = True
+        self.positions[seq.row] = n
+
+    def _compact(self) -> None:
+        """Drop the leftmost columns that no live row uses; a sequence that fills the cache alone has ended."""
+        first = min(int(self.mask[s.row, : self.length].float().argmax()) for s in self.live.values())
+        self._shift(-first)
+
+    def _shift(self, by: int) -> None:
+        self.cache.set_length(self.length)
+        self.cache.shift(by)
+        self.mask = torch.roll(self.mask, by, dims=1)
+        if by > 0:
+            self.mask[:, :by] = False
+        else:
+            self.mask[:, by:] = False
+        self.length += by

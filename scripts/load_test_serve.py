@@ -1,0 +1,165 @@
+"""Load test of ``alilama serve``: 1, 4 and 16 concurrent streaming clients, beside transformers one at a time.
+
+The essay preset (randomly initialised, seed 0, end-of-text off by a prompt-only
+run: every request makes exactly NEW_TOKENS) is served on a loopback port with
+``--max-batch 16``; for each client count, that many clients stream
+``/v1/completions`` at once (``httpx``, server-sent events) and the script
+measures the aggregate tokens per second (all tokens / wall time), the time
+to the first token and the gaps between tokens (p50 / p95 over all requests).
+No request may fail. The same weights exported with ``alilama export hf``
+then generate NEW_TOKENS with transformers' ``generate()``, one request at a
+time, for the comparison::
+
+    .venv/bin/python scripts/load_test_serve.py [--threads 2] [--out docs/figures/serving.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+NEW_TOKENS = 128
+CLIENTS = (1, 4, 16)
+
+
+def make_run(root: Path) -> Path:
+    import torch
+    from alilama_bpe.tokenizer import BPETokenizer
+
+    from alilama_core import build_model, preset
+    from alilama_core.contracts.config import Config
+    from alilama_core.engine.configs import save
+    from alilama_core.runs.checkpoint import save_weights
+
+    from dataclasses import replace
+
+    text = "Once upon a time there was a little dog who liked to run in the park with his friends. " * 4
+    tok = BPETokenizer.train([text], vocab_size=300)  # no end-of-text token: every request makes NEW_TOKENS
+    torch.manual_seed(0)
+    cfg = replace(preset("essay").model, vocab_size=tok.vocab_size)
+    run = root / "essay"
+    save_weights(build_model(cfg).eval(), run / "final")
+    save(Config(model=cfg), run / "config.yaml")
+    tok.save(run / "tokenizer")
+    return run
+
+
+async def one_client(client, url: str, i: int) -> dict:
+    body = {"prompt": f"Once upon a time {i}", "max_tokens": NEW_TOKENS, "temperature": 0, "stream": True}
+    start = time.perf_counter()
+    stamps = []
+    async with client.stream("POST", url + "/v1/completions", json=body, timeout=600) as r:
+        r.raise_for_status()
+        async for line in r.aiter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                chunk = json.loads(line[6:])
+                if "error" in chunk:
+                    raise RuntimeError(chunk["error"])
+                if chunk["choices"][0]["text"]:
+                    stamps.append(time.perf_counter())
+    return {"ttft": stamps[0] - start, "gaps": [b - a for a, b in zip(stamps, stamps[1:])], "chunks": len(stamps)}
+
+
+async def round_of(url: str, clients: int) -> dict:
+    import httpx
+
+    async with httpx.AsyncClient() as client:
+        start = time.perf_counter()
+        results = await asyncio.gather(*(one_client(client, url, i) for i in range(clients)), return_exceptions=True)
+        wall = time.perf_counter() - start
+    failed = [r for r in results if isinstance(r, BaseException)]
+    ok = [r for r in results if not isinstance(r, BaseException)]
+    ttft = sorted(r["ttft"] for r in ok)
+    gaps = sorted(g for r in ok for g in r["gaps"])
+
+    def pct(xs, q):
+        return xs[min(len(xs) - 1, int(q * len(xs)))] * 1000 if xs else None
+
+    return {
+        "clients": clients,
+        "failed": len(failed),
+        "tokens_per_s": round(clients * NEW_TOKENS / wall, 1),
+        "ttft_ms_p50": pct(ttft, 0.5),
+        "ttft_ms_p95": pct(ttft, 0.95),
+        "token_ms_p50": pct(gaps, 0.5),
+        "token_ms_p95": pct(gaps, 0.95),
+    }
+
+
+def transformers_one_at_a_time(run: Path, root: Path, threads: int, requests: int = 3) -> float:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from alilama_hf.export import export
+
+    torch.set_num_threads(threads)
+    folder = export(run, root / "hf", format="remote-code")
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    model.generation_config.eos_token_id = None
+    ids = torch.tensor([[79, 110, 99, 101, 32, 117, 112, 111, 110]])
+    with torch.no_grad():
+        model.generate(ids, max_new_tokens=8, do_sample=False)  # warm-up
+        start = time.perf_counter()
+        for _ in range(requests):
+            model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS, do_sample=False)
+    return round(requests * NEW_TOKENS / (time.perf_counter() - start), 1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "figures" / "serving.json")
+    args = parser.parse_args()
+    import httpx
+
+    with tempfile.TemporaryDirectory(prefix="alilama-load-") as tmp:
+        run = make_run(Path(tmp))
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        url = f"http://127.0.0.1:{port}"
+        command = [sys.executable, "-c", "from alilama_core.app.cli import main; main()", "serve", str(run)]
+        flags = ["--port", str(port), "--threads", str(args.threads), "--max-batch", "16", "--max-tokens", "128"]
+        server = subprocess.Popen([*command, *flags], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                try:
+                    if httpx.get(url + "/health", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    if time.monotonic() > deadline or server.poll() is not None:
+                        sys.exit(f"the server did not start: {server.stderr.read() if server.poll() else ''}")
+                    time.sleep(0.2)
+            asyncio.run(round_of(url, 1))  # warm-up
+            rows = [asyncio.run(round_of(url, n)) for n in CLIENTS]
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+        baseline = transformers_one_at_a_time(run, Path(tmp), args.threads)
+    print(
+        f"| clients ({NEW_TOKENS} new tokens each) | tokens/s | TTFT p50 / p95 (ms) | per token p50 / p95 (ms) | failed |"
+    )
+    print("|---|---:|---|---|---:|")
+    for r in rows:
+        print(
+            f"| {r['clients']} | {r['tokens_per_s']:,.0f} | {r['ttft_ms_p50']:.0f} / {r['ttft_ms_p95']:.0f} "
+            f"| {r['token_ms_p50']:.1f} / {r['token_ms_p95']:.1f} | {r['failed']} |"
+        )
+    print(f"| transformers generate(), one request at a time | {baseline:,.0f} | | | |")
+    ratio = rows[-1]["tokens_per_s"] / rows[0]["tokens_per_s"]
+    print(f"\n16 clients / 1 client: {ratio:.1f}x (target >= 4x: {'met' if ratio >= 4 else 'not met'})")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"threads": args.threads, "rows": rows, "transformers": baseline}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""Continuous batching (``alilama_core.engine.batching``): each sequence gets what ``generate`` gives it alone."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from alilama_testing import tiny_config
+
+from alilama_core import build_model
+from alilama_core.contracts.errors import ConfigError
+from alilama_core.engine.batching import ContinuousBatch
+from alilama_core.engine.generation import SamplingSettings, generate
+
+EOT = 96
+PROMPTS = [[5, 17, 3], [40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50], [7], [60, 61, 62, 63, 64], [9, 9, 9, 9]]
+
+
+def model_for(positional: str, **overrides):
+    torch.manual_seed(0)
+    return build_model(tiny_config(positional=positional, attention="sdpa", **overrides)).eval()
+
+
+def alone(model, prompt, settings) -> list[int]:
+    return generate(model, [prompt], settings, eot_id=EOT)[0]
+
+
+def run_staggered(batch: ContinuousBatch, prompts, settings_for, joins_at) -> dict[int, list[int]]:
+    """Join prompt i before step ``joins_at[i]`` (waiting for a free row), step until all end; tokens per prompt."""
+    out: dict[int, list[int]] = {}
+    handle_of: dict[int, int] = {}
+    waiting = list(range(len(prompts)))
+    step = 0
+    while waiting or len(batch):
+        for i in list(waiting):
+            if joins_at[i] <= step and batch.free_rows:
+                handle, event = batch.join(prompts[i], settings_for(i))
+                handle_of[handle] = i
+                out[i] = [] if event.token is None else [event.token]
+                waiting.remove(i)
+        for event in batch.step():
+            if event.token is not None:
+                out[handle_of[event.handle]].append(event.token)
+        step += 1
+        assert step < 500
+    return out
+
+
+@pytest.mark.parametrize("positional", ["alibi", "rope", "learned", "nope"])
+def test_greedy_sequences_joining_at_different_steps_equal_generate_alone(positional):
+    model = model_for(positional)
+    settings = SamplingSettings(max_new_tokens=12, temperature=0)
+    batch = ContinuousBatch(model, rows=3, capacity=64, eot_id=EOT)
+    got = run_staggered(batch, PROMPTS, lambda i: settings, joins_at=[0, 0, 2, 5, 5])
+    for i, prompt in enumerate(PROMPTS):
+        assert got[i] == alone(model, prompt, settings), (positional, i)
+
+
+def test_seeded_sampling_is_the_sequences_own():
+    model = model_for("alibi")
+
+    def settings(i: int) -> SamplingSettings:
+        return SamplingSettings(max_new_tokens=10, temperature=0.9, top_k=20, top_p=0.95, seed=100 + i)
+
+    got = run_staggered(ContinuousBatch(model, rows=2, capacity=64, eot_id=EOT), PROMPTS, settings, [0, 1, 1, 3, 4])
+    for i, prompt in enumerate(PROMPTS):
+        assert got[i] == alone(model, prompt, settings(i)), i
+
+
+def test_a_sequence_that_leaves_frees_its_row_at_once_and_makes_no_more_tokens():
+    model = model_for("rope")
+    settings = SamplingSettings(max_new_tokens=30, temperature=0)
+    batch = ContinuousBatch(model, rows=2, capacity=64, eot_id=None)
+    first, _ = batch.join(PROMPTS[0], settings)
+    second, _ = batch.join(PROMPTS[1], settings)
+    assert batch.free_rows == 0
+    with pytest.raises(ConfigError, match="the batch is full"):
+        batch.join(PROMPTS[2], settings)
+    batch.step()
+    batch.leave(first)
+    assert batch.free_rows == 1
+    third, _ = batch.join(PROMPTS[2], settings)  # the freed row, without waiting for a step
+    handles = {e.handle for _ in range(3) for e in batch.step()}
+    assert handles == {second, third}
+    got = [e.token for _ in range(6) for e in batch.step() if e.handle == third]
+    assert len(got) == 6
+
+
+def test_a_small_cache_drops_columns_no_one_uses_and_ends_what_cannot_fit():
+    model = model_for("alibi")
+    settings = SamplingSettings(max_new_tokens=14, temperature=0)
+    batch = ContinuousBatch(model, rows=2, capacity=20, eot_id=None)
+    got = run_staggered(batch, PROMPTS[:4], lambda i: settings, joins_at=[0, 3, 9, 12])
+    for i, prompt in enumerate(PROMPTS[:4]):
+        want = alone(model, prompt, settings)
+        fits = 20 - len(prompt)  # tokens a sequence can make before it fills the cache alone
+        assert got[i] == want[:fits], i
+    assert len(got[1]) < 14  # the 11-token prompt ran out of room: it ended with "length"
+
+
+def test_finish_reasons_and_the_end_of_a_learned_table():
+    model = model_for("learned", context_length=16)
+    batch = ContinuousBatch(model, rows=2, capacity=64, eot_id=EOT)
+    handle, event = batch.join(PROMPTS[1], SamplingSettings(max_new_tokens=50, temperature=0))
+    events = [event] + [e for _ in range(20) for e in batch.step()]
+    tokens = [e.token for e in events if e.token is not None]
+    assert events[-1].finish_reason in ("length", "stop") and len(batch) == 0
+    assert tokens == alone(model, PROMPTS[1], SamplingSettings(max_new_tokens=50, temperature=0))
+    assert len(PROMPTS[1]) + len(tokens) <= 16 + 1  # never past the table
+    with pytest.raises(ConfigError, match="covers 16 positions"):
+        batch.join(list(range(20)), SamplingSettings(max_new_tokens=5))

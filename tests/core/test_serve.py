@@ -1,0 +1,332 @@
+"""``alilama serve``: a real server process on a loopback port, driven by the official ``openai`` client."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+openai = pytest.importorskip("openai")
+httpx = pytest.importorskip("httpx")
+pytest.importorskip("uvicorn")
+
+from alilama_testing import ok, run_cli  # noqa: E402
+
+KEY = "test-key-123"
+PROMPT = "Once upon a time, there was"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Served:
+    def __init__(self, run: Path, *args: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        command = [sys.executable, "-c", "from alilama_core.app.cli import main; main()", "serve", str(run)]
+        self.proc = subprocess.Popen(
+            [*command, "--port", str(self.port), "--threads", "1", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the server exited: {self.proc.stderr.read()}")
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        raise AssertionError("the server did not answer /health within 120 s")
+
+    def client(self, key: str = KEY):
+        return openai.OpenAI(base_url=self.url + "/v1", api_key=key, max_retries=0, timeout=120)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    """A small ALiBi run trained for a few steps (tests/hf's ``build_run``, without transformers)."""
+    import torch
+    from alilama_bpe.tokenizer import BPETokenizer
+
+    from alilama_core import build_model
+    from alilama_core.contracts.config import Config
+    from alilama_core.engine.configs import save
+    from alilama_core.runs.checkpoint import save_weights
+    from alilama_testing import tiny_config
+
+    story = (
+        "Once upon a time, there was a little girl named Lily. She loved to play outside in the sun. "
+        'One day, she saw a big red ball in the park. "Can I play with you?" asked the ball. '
+    ) * 8
+    tok = BPETokenizer.train([story], vocab_size=320, special_tokens=["<|endoftext|>"])
+    torch.manual_seed(0)
+    cfg = tiny_config(positional="alibi", attention="sdpa", vocab_size=tok.vocab_size, context_length=64)
+    model = build_model(cfg)
+    ids = torch.tensor(tok.encode(story), dtype=torch.long)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for _ in range(20):
+        x, y = ids[None, :64], ids[None, 1:65]
+        loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    root = tmp_path_factory.mktemp("serve") / "story-run"
+    save_weights(model.eval(), root / "final")
+    save(Config(model=cfg), root / "config.yaml")
+    tok.save(root / "tokenizer")
+    return root
+
+
+@pytest.fixture(scope="module")
+def server(run):
+    served = Served(run, "--api-key", KEY, "--max-batch", "4", "--max-prompt-tokens", "40")
+    yield served
+    served.stop()
+
+
+def test_greedy_completion_equals_alilama_generate(server, run):
+    out = server.client().completions.create(model="story-run", prompt=PROMPT, max_tokens=24, temperature=0)
+    generated = ok(run_cli("generate", str(run), "--prompt", PROMPT, "-t", "0", "-n", "24"))
+    assert PROMPT + out.choices[0].text == generated.removesuffix("\n")
+    assert out.usage.completion_tokens == 24 and out.choices[0].finish_reason == "length"
+    assert out.model == "story-run" and out.object == "text_completion"
+
+
+def test_streamed_pieces_make_the_same_text(server):
+    client = server.client()
+    whole = client.completions.create(model="story-run", prompt=PROMPT, max_tokens=20, temperature=0)
+    chunks = list(
+        client.completions.create(model="story-run", prompt=PROMPT, max_tokens=20, temperature=0, stream=True)
+    )
+    assert "".join(c.choices[0].text for c in chunks) == whole.choices[0].text
+    assert chunks[-1].choices[0].finish_reason == "length" and len(chunks) > 5
+
+
+def test_chat_streamed_and_whole_with_n_and_seed(server):
+    client = server.client()
+    messages = [{"role": "system", "content": "Tell a story."}, {"role": "user", "content": "A girl and a ball."}]
+    kw = dict(model="story-run", messages=messages, max_tokens=16, temperature=1.0, seed=7, n=2)
+    first, again = client.chat.completions.create(**kw), client.chat.completions.create(**kw)
+    texts = [c.message.content for c in first.choices]
+    assert texts == [c.message.content for c in again.choices]  # seeded: the same text every time
+    assert texts[0] != texts[1]  # choice i uses seed + i
+    assert first.choices[0].message.role == "assistant" and first.object == "chat.completion"
+    streamed = {0: "", 1: ""}
+    for chunk in client.chat.completions.create(**kw, stream=True):
+        for choice in chunk.choices:
+            streamed[choice.index] += choice.delta.content or ""
+    assert [streamed[0], streamed[1]] == texts
+    other = client.chat.completions.create(**{**kw, "seed": 8})
+    assert [c.message.content for c in other.choices] != texts
+
+
+def test_stop_strings_cut_the_text_before_them(server):
+    client = server.client()
+    full = client.completions.create(model="story-run", prompt=PROMPT, max_tokens=30, temperature=0).choices[0].text
+    stop = full[5:8]
+    cut = client.completions.create(model="story-run", prompt=PROMPT, max_tokens=30, temperature=0, stop=[stop])
+    assert cut.choices[0].text == full[: full.index(stop)] and cut.choices[0].finish_reason == "stop"
+    pieces = client.completions.create(
+        model="story-run", prompt=PROMPT, max_tokens=30, temperature=0, stop=stop, stream=True
+    )
+    assert "".join(c.choices[0].text for c in pieces) == full[: full.index(stop)]
+
+
+def test_models_and_health_expose_no_path(server, run):
+    models = server.client().models.list()
+    assert [m.id for m in models.data] == ["story-run"]
+    for path in ("/health", "/v1/models"):
+        body = httpx.get(server.url + path, headers={"Authorization": f"Bearer {KEY}"}).text
+        assert str(run) not in body and str(run.parent) not in body
+
+
+ERRORS = [
+    # (request body, expected status, a phrase of the message)
+    ({"prompt": PROMPT, "max_tokens": 0}, 400, "max_tokens must be at least 1"),
+    ({"prompt": PROMPT, "max_tokens": 10_000}, 400, "at most 256"),
+    ({"prompt": PROMPT, "temperature": "hot"}, 400, "temperature must be a number"),
+    ({"prompt": PROMPT, "top_p": 1.5}, 400, "top_p must be between 0 and 1"),
+    ({"prompt": PROMPT, "stop": [""]}, 400, "stop must be"),
+    ({"prompt": PROMPT, "logprobs": 99}, 400, "logprobs must be between 0 and 20"),
+    ({"prompt": 42}, 400, "prompt must be a string"),
+    ({"prompt": "word " * 200}, 413, "at most 40"),
+    ({"prompt": PROMPT, "model": "gpt-4"}, 404, "model 'gpt-4' does not exist"),
+]
+
+
+@pytest.mark.parametrize("body,status,phrase", ERRORS)
+def test_bad_requests_get_json_errors_with_their_status(server, body, status, phrase):
+    r = httpx.post(server.url + "/v1/completions", json=body, headers={"Authorization": f"Bearer {KEY}"}, timeout=60)
+    assert r.status_code == status, r.text
+    error = r.json()["error"]
+    assert phrase in error["message"] and "Traceback" not in r.text
+
+
+def test_the_openai_client_sees_the_same_statuses(server):
+    with pytest.raises(openai.AuthenticationError):
+        server.client(key="wrong").completions.create(model="story-run", prompt=PROMPT, max_tokens=2)
+    with pytest.raises(openai.BadRequestError, match="top_p"):
+        server.client().completions.create(model="story-run", prompt=PROMPT, top_p=3)
+    with pytest.raises(openai.NotFoundError):
+        server.client().completions.create(model="nope", prompt=PROMPT, max_tokens=2)
+    r = httpx.post(server.url + "/v1/completions", content=b"{not json", headers={"Authorization": f"Bearer {KEY}"})
+    assert r.status_code == 400 and "JSON" in r.json()["error"]["message"]
+    assert httpx.post(server.url + "/v1/completions", json={"prompt": "x"}).status_code == 401  # no key
+
+
+def test_a_client_that_disconnects_frees_its_row_at_once(run):
+    """One row; a stream that could run for minutes is dropped after two chunks; the next request is served."""
+    served = Served(run, "--max-batch", "1", "--max-tokens", "200000", "--max-queue", "4")
+    try:
+        body = {"prompt": PROMPT, "max_tokens": 200000, "temperature": 1.0, "stream": True}
+        with httpx.stream("POST", served.url + "/v1/completions", json=body, timeout=60) as r:
+            lines = r.iter_lines()
+            assert [next(lines) for _ in range(3)]
+        start = time.monotonic()
+        out = served.client().completions.create(model="story-run", prompt=PROMPT, max_tokens=5, temperature=0)
+        assert out.usage.completion_tokens == 5
+        assert time.monotonic() - start < 60  # the dropped stream alone would hold the row for minutes
+    finally:
+        served.stop()
+
+
+def test_concurrent_clients_share_the_batch_and_none_is_lost(server):
+    """Eight clients at once on four rows: every request answered whole, each as it would be alone."""
+    import concurrent.futures
+
+    client = server.client()
+
+    def one(i: int) -> str:
+        return client.completions.create(model="story-run", prompt=PROMPT[: 10 + i], max_tokens=12, temperature=0)
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(one, range(8)))
+    for i, answer in enumerate(answers):
+        alone = one(i)
+        assert answer.choices[0].text == alone.choices[0].text, i
+
+
+def test_serve_refuses_bad_options(run):
+    bad = run_cli("serve", str(run), "--port", "70000")
+    assert bad.returncode == 1 and "--port must be between 1 and 65535" in bad.stderr
+    bad = run_cli("serve", str(run), "--max-batch", "0")
+    assert bad.returncode == 1 and "--max-batch must be at least 1" in bad.stderr
+    missing = run_cli("serve", str(run.parent / "no-such-run"))
+    assert missing.returncode == 1 and "Traceback" not in missing.stderr
+
+
+def test_default_chat_template_is_plain_text():
+    from alilama_core.app.serve import chat_prompt
+
+    messages = [
+        {"role": "system", "content": "Be kind."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello"},
+        {"role": "user", "content": [{"type": "text", "text": "More"}]},
+    ]
+    assert chat_prompt(messages) == "Be kind.\n\nUser: Hi\nAssistant: Hello\nUser: More\nAssistant:"
+    assert json.dumps(chat_prompt([{"role": "user", "content": "x"}])) == json.dumps("User: x\nAssistant:")
+    assert os.sep not in chat_prompt([{"role": "user", "content": "y"}])
+
+
+def test_completion_logprobs_are_the_models_own(server):
+    out = server.client().completions.create(model="story-run", prompt=PROMPT, max_tokens=8, temperature=0, logprobs=3)
+    lp = out.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 8
+    assert "".join(lp.tokens) == out.choices[0].text and lp.text_offset[0] == 0
+    for token, logprob, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+        assert len(top) == 3 and logprob <= 0
+        assert max(top.values()) == pytest.approx(logprob) and top[token] == pytest.approx(logprob)  # greedy: the top
+    streamed = server.client().completions.create(
+        model="story-run", prompt=PROMPT, max_tokens=8, temperature=0, logprobs=3, stream=True
+    )
+    assert [
+        t for c in streamed if c.choices[0].logprobs for t in c.choices[0].logprobs.token_logprobs
+    ] == pytest.approx(lp.token_logprobs)
+
+
+def test_chat_logprobs_and_top_logprobs(server):
+    out = server.client().chat.completions.create(
+        model="story-run", messages=[{"role": "user", "content": "Hi"}], max_tokens=6, logprobs=True, top_logprobs=2
+    )
+    content = out.choices[0].logprobs.content
+    assert len(content) == out.usage.completion_tokens and all(len(c.top_logprobs) == 2 for c in content)
+    assert "".join(c.token for c in content) == out.choices[0].message.content
+    assert all(bytes(c.bytes).decode("utf-8", "replace") == c.token for c in content)
+
+
+def test_the_hf_export_carries_the_same_chat_template(run, tmp_path):
+    pytest.importorskip("transformers")
+    from transformers import AutoTokenizer
+
+    from alilama_core.app.serve import chat_prompt
+    from alilama_hf.export import export
+
+    messages = [
+        {"role": "system", "content": "Tell stories."},
+        {"role": "user", "content": "A dog?"},
+        {"role": "assistant", "content": "Max ran."},
+        {"role": "user", "content": "More!"},
+    ]
+    tok = AutoTokenizer.from_pretrained(export(run, tmp_path / "hf"))
+    assert tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == chat_prompt(messages)
+    own = run.parent / "own-template"
+    import shutil
+
+    shutil.copytree(run, own)
+    (own / "chat_template.jinja").write_text("{% for m in messages %}<{{ m['content'] }}>{% endfor %}")
+    tok = AutoTokenizer.from_pretrained(export(own, tmp_path / "own"))
+    assert tok.apply_chat_template(messages, tokenize=False) == "<Tell stories.><A dog?><Max ran.><More!>"
+
+
+def test_alilama_chat_keeps_the_history_resets_and_streams_the_engines_text(run):
+    """Outside a terminal: one reply line per turn, each the greedy continuation of the templated history."""
+    from alilama_core.app.serve import CHAT_STOPS, chat_prompt
+    from alilama_core.engine.generation import SamplingSettings, generate
+    from alilama_core.runs.checkpoint import load_run
+
+    command = [sys.executable, "-c", "from alilama_core.app.cli import main; main()", "chat", str(run)]
+    proc = subprocess.run(
+        [*command, "-t", "0", "-n", "10", "--threads", "1"],
+        input="Hello there\nA ball?\n/reset\nHello there\n",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[2] == "(history cleared)" and lines[3] == lines[0]  # after /reset: the first turn again
+    loaded = load_run(run)
+    tok = loaded.tokenizer
+
+    def reply(messages):
+        ids = tok.encode(chat_prompt(messages), allowed_special="all")
+        text = tok.decode(
+            generate(loaded.model, [ids], SamplingSettings(max_new_tokens=10, temperature=0), tok.eot_id)[0]
+        )
+        cut = min([text.find(s) for s in CHAT_STOPS if s in text], default=len(text))
+        return text[:cut]
+
+    first = reply([{"role": "user", "content": "Hello there"}])
+    assert lines[0] == first
+    history = [{"role": "user", "content": "Hello there"}, {"role": "assistant", "content": first.strip()}]
+    assert lines[1] == reply([*history, {"role": "user", "content": "A ball?"}])
