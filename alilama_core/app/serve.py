@@ -18,7 +18,8 @@ traceback.
 
 ``logprobs`` (completions: the number of alternatives; chat: ``logprobs`` and
 ``top_logprobs``) report log-probabilities under the model itself, before
-temperature, top-k and top-p. Not yet here: the playground page.
+temperature, top-k and top-p. ``GET /`` is the playground (``alilama_core.app.playground``),
+``POST /v1/alilama/tape`` the tape of a text for it.
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ class Scheduler(threading.Thread):
         self.waiting: deque[Job] = deque()
         self.jobs: dict[int, Job] = {}
         self.pending = 0  # jobs submitted and not yet in the batch (inbox + waiting)
+        self.calls: queue.Queue = queue.Queue()  # (function, future): other work on the model, between steps
         self.lock = threading.Lock()
         self.running = True
 
@@ -105,6 +107,14 @@ class Scheduler(threading.Thread):
             self.pending += len(jobs)
         for job in jobs:
             self.inbox.put(job)
+
+    def call(self, fn):
+        """Run ``fn()`` in this thread between decode steps (the model is this thread's alone); a future."""
+        import concurrent.futures
+
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self.calls.put((fn, future))
+        return future
 
     def cancel(self, job: Job) -> None:
         job.cancelled = True
@@ -129,6 +139,12 @@ class Scheduler(threading.Thread):
                 block = False
         except queue.Empty:
             pass
+        while not self.calls.empty():
+            fn, future = self.calls.get_nowait()
+            try:
+                future.set_result(fn())
+            except Exception as exc:
+                future.set_exception(exc)
         while not self.cancels.empty():
             job = self.cancels.get_nowait()
             if job.handle is not None:
@@ -301,7 +317,7 @@ class Server:
     def __init__(
         self, loaded, model_id: str, limits: Limits, api_key: str | None = None, chat_template: str | None = None
     ) -> None:
-        self.tokenizer = loaded.tokenizer
+        self.tokenizer, self.model = loaded.tokenizer, loaded.model
         self.model_id, self.limits, self.api_key = model_id, limits, api_key
         self.created = int(time.time())
         capacity = limits.max_prompt_tokens + limits.max_tokens + 1
@@ -313,6 +329,8 @@ class Server:
         from starlette.routing import Route
 
         routes = [
+            Route("/", self.playground, methods=["GET"]),
+            Route("/v1/alilama/tape", self.tape, methods=["POST"]),
             Route("/health", self.health, methods=["GET"]),
             Route("/v1/models", self.models, methods=["GET"]),
             Route("/v1/completions", self.completions, methods=["POST"]),
@@ -330,6 +348,41 @@ class Server:
         from starlette.responses import JSONResponse
 
         return JSONResponse(ApiError(404, f"no route {request.url.path}").body(), status_code=404)
+
+    async def playground(self, request):
+        """The playground page (it holds no data: its requests carry the API key when there is one)."""
+        from starlette.responses import HTMLResponse
+
+        from alilama_core.app.playground import playground_page
+
+        return HTMLResponse(playground_page(self.model_id))
+
+    async def tape(self, request):
+        """The tape of ``{"text": ...}``: attention per layer and head, and the logit lens (the viz page's data)."""
+        from starlette.responses import JSONResponse
+
+        from alilama_core.app.viz_draw import read_tape
+        from alilama_core.app.viz_page import page_data
+
+        if (denied := self._denied(request)) is not None:
+            return denied
+        try:
+            body = await self._body(request)
+            text = body.get("text")
+            if not isinstance(text, str) or not text:
+                raise ApiError(400, "text must be a non-empty string", "text")
+            longest = self.limits.max_prompt_tokens + self.limits.max_tokens
+            if len(self.tokenizer.encode(text, allowed_special="all")) > longest:
+                raise ApiError(413, f"the text is longer than this server's {longest} tokens", "text")
+            future = self.scheduler.call(lambda: page_data(read_tape(self.model, self.tokenizer, text)))
+            return JSONResponse(await asyncio.wrap_future(future))
+        except ApiError as error:
+            return JSONResponse(error.body(), status_code=error.status)
+        except AlilamaError as exc:
+            return JSONResponse(ApiError(400, str(exc), "text").body(), status_code=400)
+        except Exception:
+            traceback.print_exc()
+            return JSONResponse(ApiError(500, "internal error", kind="server_error").body(), status_code=500)
 
     async def health(self, request):
         from starlette.responses import JSONResponse

@@ -66,8 +66,9 @@ def render_page(tape: Tape, title: str = "Alilama tape") -> str:
 
     return (
         _TEMPLATE.replace("@@TITLE@@", html.escape(title))
-        .replace("@@STYLE@@", _STYLE)
-        .replace("@@SCRIPT@@", _SCRIPT)
+        .replace("@@BODY@@", TAPE_BODY)
+        .replace("@@STYLE@@", TAPE_STYLE)
+        .replace("@@SCRIPT@@", TAPE_SCRIPT)
         .replace("@@DATA@@", _inline_json(page_data(tape)))
     )
 
@@ -80,17 +81,7 @@ def write_page(tape: Tape, path: str | Path, title: str = "Alilama tape") -> Pat
     return path
 
 
-_TEMPLATE = """<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>@@TITLE@@</title>
-<style>@@STYLE@@</style>
-</head>
-<body>
-<h1>@@TITLE@@</h1>
-<p id="summary"></p>
+TAPE_BODY = """<p id="summary"></p>
 <div id="controls">
   <label>layer <select id="layer"></select></label>
   <label>head <select id="head"></select></label>
@@ -111,13 +102,26 @@ _TEMPLATE = """<!DOCTYPE html>
 <table id="lens"></table>
 <p class="hint">Every position: each layer's top guess; green where it is the token that follows. Click a column to choose it.</p>
 <div id="lens-scroll"><table id="lens-grid"></table></div>
-<script type="application/json" id="tape-data">@@DATA@@</script>
+"""
+"""The tape's markup; ``alilama serve``'s playground embeds it with ``TAPE_STYLE`` and ``TAPE_SCRIPT``."""
+
+_TEMPLATE = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>@@TITLE@@</title>
+<style>@@STYLE@@</style>
+</head>
+<body>
+<h1>@@TITLE@@</h1>
+@@BODY@@<script type="application/json" id="tape-data">@@DATA@@</script>
 <script>@@SCRIPT@@</script>
 </body>
 </html>
 """
 
-_STYLE = """
+TAPE_STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; background: #fff; }
 h1 { font-size: 1.3em; } h2 { font-size: 1.05em; margin: 1em 0 0.3em; }
 .hint { color: #666; font-size: 0.85em; margin: 0.2em 0; }
@@ -141,10 +145,13 @@ td, th { border: 1px solid #ddd; padding: 3px 6px; text-align: right; }
 #lens-grid .chosen { outline: 2px solid #d62728; }
 """
 
-_SCRIPT = r"""
-(function () {
+TAPE_SCRIPT = r"""
+// renderTape(D) builds the tape from page_data's JSON; it clears what an earlier call built.
+function renderTape(D) {
   "use strict";
-  var D = JSON.parse(document.getElementById("tape-data").textContent);
+  ["tape", "overview", "lens", "lens-grid", "layer", "head"].forEach(function (id) {
+    document.getElementById(id).textContent = "";
+  });
   var T = D.tokens.length, L = D.layers, H = D.heads;
   var state = { layer: L - 1, head: "all", query: T - 1 };
 
@@ -285,5 +292,10 @@ _SCRIPT = r"""
   }
   update();
   document.body.setAttribute("data-ready", "1");
+  return cells;
+}
+(function () {
+  var data = document.getElementById("tape-data");
+  if (data && data.textContent.trim()) renderTape(JSON.parse(data.textContent));
 })();
 """

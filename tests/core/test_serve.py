@@ -330,3 +330,151 @@ def test_alilama_chat_keeps_the_history_resets_and_streams_the_engines_text(run)
     assert lines[0] == first
     history = [{"role": "user", "content": "Hello there"}, {"role": "assistant", "content": first.strip()}]
     assert lines[1] == reply([*history, {"role": "user", "content": "A ball?"}])
+
+
+# -- the playground, in headless Chromium ------------------------------------------------------------
+
+
+class Browser:
+    """Headless Chromium driven over the DevTools protocol (``--remote-debugging-pipe``): open, wait, read."""
+
+    def __init__(self, net_log: Path | None = None) -> None:
+        import shutil
+
+        path = shutil.which("chromium") or shutil.which("chromium-browser")
+        if path is None:
+            pytest.skip("headless Chromium not installed (apt-get install -y chromium)")
+        commands_r, self.commands = os.pipe()
+        self.replies, replies_w = os.pipe()
+
+        def pipes() -> None:  # the protocol's file descriptors: 3 for commands, 4 for replies
+            os.dup2(commands_r, 3)
+            os.dup2(replies_w, 4)
+
+        flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1100,1400"]
+        flags += ["--remote-debugging-pipe", "--disable-background-networking", "--no-first-run"]
+        flags += [f"--log-net-log={net_log}"] if net_log else []
+        self.proc = subprocess.Popen(
+            [path, *flags, "about:blank"],
+            close_fds=False,  # fds 3 and 4 (made by dup2, inheritable) stay open; the rest close on exec
+            preexec_fn=pipes,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        os.close(commands_r)
+        os.close(replies_w)
+        self.buffer, self.next_id, self.session = b"", 0, None
+
+    def send(self, method: str, **params):
+        self.next_id += 1
+        message = {"id": self.next_id, "method": method, "params": params}
+        if self.session:
+            message["sessionId"] = self.session
+        os.write(self.commands, json.dumps(message).encode() + b"\0")
+        while True:
+            while b"\0" not in self.buffer:
+                chunk = os.read(self.replies, 1 << 16)
+                assert chunk, "Chromium closed the protocol pipe"
+                self.buffer += chunk
+            raw, self.buffer = self.buffer.split(b"\0", 1)
+            reply = json.loads(raw)
+            if reply.get("id") == self.next_id:
+                assert "error" not in reply, reply
+                return reply["result"]
+
+    def open(self, url: str) -> None:
+        target = self.send("Target.createTarget", url=url)["targetId"]
+        self.session = self.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+
+    def evaluate(self, expression: str):
+        return self.send("Runtime.evaluate", expression=expression, returnByValue=True)["result"].get("value")
+
+    def wait_for(self, expression: str, seconds: float = 120) -> None:
+        deadline = time.monotonic() + seconds
+        while not self.evaluate(expression):
+            assert time.monotonic() < deadline, f"the page never got to {expression!r}"
+            time.sleep(0.1)
+
+    def screenshot(self, path: Path) -> None:
+        import base64
+
+        path.write_bytes(base64.b64decode(self.send("Page.captureScreenshot", format="png")["data"]))
+
+    def close(self) -> None:
+        self.session = None
+        try:
+            self.send("Browser.close")
+        except (AssertionError, OSError):
+            pass
+        self.proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def open_server(run):
+    served = Served(run, "--max-batch", "2")
+    yield served
+    served.stop()
+
+
+def test_the_playground_streams_text_and_draws_its_tape_in_chromium(open_server, tmp_path):
+    """A prompt submitted in the page streams into the DOM; the tape of the text renders; a click chooses a token."""
+
+    import numpy as np
+    from PIL import Image
+
+    net = tmp_path / "net.json"
+    browser = Browser(net_log=net)
+    try:
+        browser.open(open_server.url + "/")
+        browser.wait_for("document.body && document.body.dataset.model === 'story-run'")
+        browser.evaluate(
+            "document.getElementById('prompt').value = 'Once upon a time';"
+            "document.getElementById('max_tokens').value = '12'; document.getElementById('temperature').value = '0';"
+            "document.getElementById('go').click(); true"
+        )
+        browser.wait_for("document.body.dataset.tape === '1'")
+        pieces = browser.evaluate("Array.from(document.querySelectorAll('#generated .piece')).map(s => s.textContent)")
+        browser.evaluate("document.querySelectorAll('#tape .tok')[2].click(); true")
+        tape = browser.evaluate("Array.from(document.querySelectorAll('#tape .tok')).map(s => s.className)")
+        reads = browser.evaluate("document.getElementById('reads').textContent")
+        browser.screenshot(tmp_path / "shot.png")
+    finally:
+        browser.close()
+    greedy = open_server.client().completions.create(
+        model="story-run", prompt="Once upon a time", max_tokens=12, temperature=0
+    )
+    assert len(pieces) > 3 and "".join(pieces) == greedy.choices[0].text  # streamed into the DOM, piece by piece
+    assert len(tape) > len(pieces) and "query" in tape[2] and all("later" in c for c in tape[3:])
+    assert reads.startswith("reads most: ")
+    with Image.open(tmp_path / "shot.png") as im:
+        pixels = np.asarray(im.convert("RGB")).reshape(-1, 3)
+    assert len(np.unique(pixels, axis=0)) > 50 and (pixels == 255).all(axis=1).mean() < 0.97, "a blank screenshot"
+
+    # every request the page made went to its own server (the browser's own, such as autofill, are not the page's)
+    log = json.loads(net.read_text())
+    names = {v: k for k, v in log["constants"]["logEventTypes"].items()}
+    starts = [e.get("params") or {} for e in log["events"] if names.get(e["type"]) == "URL_REQUEST_START_JOB"]
+    page = [p["url"] for p in starts if p.get("initiator") == open_server.url]  # what the page asked for
+    assert {u.split("?")[0] for u in page} >= {
+        open_server.url + "/v1/completions",
+        open_server.url + "/v1/alilama/tape",
+    }
+    assert all(u.startswith(open_server.url + "/") for u in page), page
+
+
+def test_the_playground_page_names_no_address_of_its_own(open_server):
+    import re
+
+    page = httpx.get(open_server.url + "/").text
+    assert not re.search(r"[a-z][a-z0-9+.-]*://|\b(?:src|href|srcset)\s*=|url\s*\(|@import|<link\b|<img\b", page)
+    assert sorted(set(re.findall(r'fetch\("([^"]+)"', page))) == ["/v1/alilama/tape", "/v1/completions"]
+
+
+def test_the_tape_endpoint_refuses_what_it_cannot_draw(open_server):
+    r = httpx.post(open_server.url + "/v1/alilama/tape", json={"text": ""})
+    assert r.status_code == 400 and "text must be a non-empty string" in r.json()["error"]["message"]
+    r = httpx.post(open_server.url + "/v1/alilama/tape", json={"text": "word " * 5000})
+    assert r.status_code == 413
+    r = httpx.post(open_server.url + "/v1/alilama/tape", json={"text": "Once upon a time"})
+    data = r.json()
+    assert r.status_code == 200 and data["layers"] == 2 and len(data["tokens"]) == len(data["att"][0][0])
