@@ -19,7 +19,8 @@ traceback.
 ``logprobs`` (completions: the number of alternatives; chat: ``logprobs`` and
 ``top_logprobs``) report log-probabilities under the model itself, before
 temperature, top-k and top-p. ``GET /`` is the playground (``alilama_core.app.playground``),
-``POST /v1/alilama/tape`` the tape of a text for it.
+``POST /v1/alilama/tape`` the tape of a text for it. ``ignore_eos: true`` (an extension, as in
+vLLM) goes on past end-of-text to ``max_tokens``.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ class Job:
     loop: asyncio.AbstractEventLoop
     events: asyncio.Queue
     logprobs: int | None = None
+    ignore_eos: bool = False
     handle: int | None = None
     cancelled: bool = False
 
@@ -156,7 +158,7 @@ class Scheduler(threading.Thread):
                 self.pending -= 1
             if job.cancelled:
                 continue
-            job.handle, event = self.batch.join(job.prompt, job.settings, job.logprobs)
+            job.handle, event = self.batch.join(job.prompt, job.settings, job.logprobs, job.ignore_eos)
             self.jobs[job.handle] = job
             self._event(event)
         for event in self.batch.step():
@@ -423,7 +425,11 @@ class Server:
             body = await self._body(request)
             prompts = self._prompts(body, chat)
             settings, n, stop = sampling(body, self.limits)
+            if not isinstance(body.get("ignore_eos", False), bool):
+                raise ApiError(400, "ignore_eos must be true or false", "ignore_eos")
             jobs = self._jobs(prompts, settings, n, logprobs_asked(body, chat))
+            for job in jobs:
+                job.ignore_eos = body.get("ignore_eos", False)
             self.scheduler.submit(jobs)
         except ApiError as error:
             return JSONResponse(error.body(), status_code=error.status)

@@ -50,6 +50,8 @@ class Sequence:
     """The token sampled last, fed to the model at the next step."""
     logprobs: int | None = None
     """Report each token's log-probability and this many likeliest alternatives (``None``: none)."""
+    ignore_eos: bool = False
+    """Go on past end-of-text (to ``limit`` tokens), as load tests want."""
 
 
 @dataclass
@@ -91,11 +93,14 @@ class ContinuousBatch:
         return self.rows - len(self.live)
 
     @torch.no_grad()
-    def join(self, prompt: list[int], settings: SamplingSettings, logprobs: int | None = None) -> tuple[int, Event]:
+    def join(
+        self, prompt: list[int], settings: SamplingSettings, logprobs: int | None = None, ignore_eos: bool = False
+    ) -> tuple[int, Event]:
         """Add a sequence: prefill ``prompt`` alone, sample its first token; ``(handle, that first event)``.
 
         ``logprobs``: each event then carries the token's log-probability and the ``logprobs``
-        likeliest tokens with theirs (0: the token's alone).
+        likeliest tokens with theirs (0: the token's alone). ``ignore_eos``: end-of-text is a token like
+        any other for this sequence.
         """
         settings.validate()
         if not prompt:
@@ -119,7 +124,9 @@ class ContinuousBatch:
         logits = self.model(ids, cache=own, logits_to_keep=1)[:, -1]  # (1, V)
         row = min(set(range(self.rows)) - {s.row for s in self.live.values()})
         limit = settings.max_new_tokens if room is None else min(settings.max_new_tokens, room)
-        seq = Sequence(self._next_handle, row, settings, generator, list(prompt), limit, logprobs=logprobs)
+        seq = Sequence(
+            self._next_handle, row, settings, generator, list(prompt), limit, logprobs=logprobs, ignore_eos=ignore_eos
+        )
         self._next_handle += 1
         self._place(seq, own)
         self.live[seq.handle] = seq
@@ -168,7 +175,7 @@ class ContinuousBatch:
             scores["logprob"] = float(logp[token])
             top = logp.topk(seq.logprobs) if seq.logprobs else None
             scores["top"] = [] if top is None else [(int(i), float(v)) for v, i in zip(top.values, top.indices)]
-        if self.eot_id is not None and token == self.eot_id:
+        if self.eot_id is not None and token == self.eot_id and not seq.ignore_eos:
             self.live.pop(seq.handle, None)
             return Event(seq.handle, None, "stop")
         seq.new.append(token)

@@ -197,7 +197,7 @@ def test_a_client_that_disconnects_frees_its_row_at_once(run):
     """One row; a stream that could run for minutes is dropped after two chunks; the next request is served."""
     served = Served(run, "--max-batch", "1", "--max-tokens", "200000", "--max-queue", "4")
     try:
-        body = {"prompt": PROMPT, "max_tokens": 200000, "temperature": 1.0, "stream": True}
+        body = {"prompt": PROMPT, "max_tokens": 200000, "temperature": 1.0, "stream": True, "ignore_eos": True}
         with httpx.stream("POST", served.url + "/v1/completions", json=body, timeout=60) as r:
             lines = r.iter_lines()
             assert [next(lines) for _ in range(3)]
@@ -205,6 +205,33 @@ def test_a_client_that_disconnects_frees_its_row_at_once(run):
         out = served.client().completions.create(model="story-run", prompt=PROMPT, max_tokens=5, temperature=0)
         assert out.usage.completion_tokens == 5
         assert time.monotonic() - start < 60  # the dropped stream alone would hold the row for minutes
+    finally:
+        served.stop()
+
+
+def test_a_full_queue_answers_429_and_the_queue_drains(run):
+    """One row and one waiting place: a long stream holds the row, one request waits, the next is refused."""
+    import concurrent.futures
+
+    served = Served(run, "--max-batch", "1", "--max-queue", "1", "--max-tokens", "200000")
+    try:
+        body = {"prompt": PROMPT, "max_tokens": 200000, "stream": True, "ignore_eos": True}
+        with httpx.stream("POST", served.url + "/v1/completions", json=body, timeout=60) as r:
+            lines = r.iter_lines()  # kept: a dropped iterator closes the response (httpx), which frees the row
+            next(lines)  # the row is taken
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                waiting = pool.submit(
+                    httpx.post, served.url + "/v1/completions", json={"prompt": PROMPT, "max_tokens": 3}, timeout=120
+                )
+                time.sleep(1.0)  # let it reach the queue
+                refused = httpx.post(
+                    served.url + "/v1/completions", json={"prompt": PROMPT, "max_tokens": 3}, timeout=60
+                )
+                assert refused.status_code == 429 and "queue is full" in refused.json()["error"]["message"]
+                r.close()  # the stream goes away: its row frees, the waiting request runs
+                assert waiting.result().status_code == 200
+        again = httpx.post(served.url + "/v1/completions", json={"prompt": PROMPT, "max_tokens": 3}, timeout=60)
+        assert again.status_code == 200
     finally:
         served.stop()
 

@@ -51,7 +51,8 @@ def one_thread():
 
 
 def test_tiny_model_learns_copy_exactly(tmp_path, one_thread):
-    cfg = cfgmod.apply_overrides(cfgmod.preset("tiny"), [*TINY, "train.max_steps=300", "model.positional=alibi"])
+    # 400 steps: 300 were enough on one CPU and left 1 of 32 answers wrong on another (rounding differs by CPU)
+    cfg = cfgmod.apply_overrides(cfgmod.preset("tiny"), [*TINY, "train.max_steps=400", "model.positional=alibi"])
     result = get_trainer("default")(cfg.validate(), echo=lambda *a, **k: None, show_progress=False).fit(
         "", str(tmp_path / "run"), overwrite=True
     )
