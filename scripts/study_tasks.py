@@ -9,6 +9,7 @@ run again, so an interrupted study continues where it stopped.
     .venv/bin/python scripts/study_tasks.py                    # the study as in the docs
     .venv/bin/python scripts/study_tasks.py --budget-min 40 --seeds 3
     .venv/bin/python scripts/study_tasks.py --report-only      # rewrite table and plot from results.json
+    .venv/bin/python scripts/study_tasks.py --logger tensorboard  # every run also in OUT/tensorboard/<run>
 
 The table replaces the text between the study markers in docs/tasks.md; the
 plot is written to docs/img/tasks-study.png.
@@ -59,6 +60,10 @@ def train_one(task: str, scheme: str, seed: int, args, folder: Path) -> dict:
     for key, value in TRAIN.items():
         setattr(cfg.train, key, value)
     cfg.train.max_steps, cfg.train.seed = args.steps, seed
+    if args.logger:  # every run of the study into one tracker, side by side
+        from alilama_loggers import shared_tracker
+
+        cfg = cfgmod.apply_overrides(cfg, shared_tracker(args.logger, args.out, "study-tasks"))
     started = time.perf_counter()
     get_trainer("default")(cfg.validate(), echo=lambda *a, **k: None, show_progress=False).fit(
         "", str(folder), overwrite=True
@@ -298,6 +303,12 @@ def main() -> None:
     p.add_argument("--budget-min", type=float, default=40.0, help="stop starting runs after this many minutes")
     p.add_argument("--worker", default="0/1", help="i/k: run every k-th run from the i-th (parallel workers)")
     p.add_argument("--report-only", action="store_true")
+    p.add_argument(
+        "--logger",
+        choices=["tensorboard", "mlflow", "wandb", "csv"],
+        help="also log every run to this tracker, in one place under OUT (TensorBoard: tensorboard --logdir "
+        "OUT/tensorboard; MLflow: one store OUT/mlflow.db, experiment study-tasks; W&B: project study-tasks)",
+    )
     args = p.parse_args()
     if not args.report_only:
         run_study(args)

@@ -13,12 +13,14 @@ from alilama_core.app.common import (
     ConfigOpt,
     ForceAttentionOpt,
     JsonOpt,
+    LogOpt,
     OverridesArg,
     PresetOpt,
     StepProgress,
     console,
     err_console,
     help_examples,
+    log_eval_results,
     loud_warnings,
     plain_line,
     resolve_config,
@@ -262,7 +264,8 @@ def train_cmd(
         console.print(text, soft_wrap=True, highlight=False, **kw)
 
     trainer = get_trainer(cfg.train.trainer)(cfg, echo=echo, show_progress=progress)
-    result = trainer.fit(data, str(run), resume=bool(resume), overwrite=overwrite, stop_at=stop_at)
+    with loud_warnings():  # a logger that failed (train.loggers) is said as a warning
+        result = trainer.fit(data, str(run), resume=bool(resume), overwrite=overwrite, stop_at=stop_at)
     if result.get("interrupted"):
         raise typer.Exit(130)
     if result.get("finished") or int(os.environ.get("RANK", "0")) != 0:  # under torchrun: rank 0 reports
@@ -376,6 +379,7 @@ def eval_cmd(
             help="A progress bar in a terminal (--no-progress, or outside a terminal: one line per file and length).",
         ),
     ] = True,
+    log: LogOpt = False,
 ) -> None:
     """Loss and bits per byte on raw text at the trained context and longer ones; for a task run,
     exact match and per-token accuracy at each length."""
@@ -403,6 +407,7 @@ def eval_cmd(
             force_attention,
             not no_verify,
             on_loaded=on_task_run_loaded,
+            log=log,
         )
     from dataclasses import asdict
 
@@ -424,9 +429,11 @@ def eval_cmd(
 
     with ExitStack() as stack:
         steps: StepProgress | None = None
+        evaluated = []  # the checkpoint folder scored
 
         def on_loaded(loaded, eval_lengths) -> None:
             nonlocal steps
+            evaluated.append(loaded.checkpoint)
             shapes = ("short", "long") if max(eval_lengths) >= 1024 else ("short",)
             plain_line(describe_loaded(loaded, where, n_threads, shapes))
             steps = stack.enter_context(StepProgress("eval", len(data) * len(eval_lengths), progress))
@@ -447,6 +454,13 @@ def eval_cmd(
                 on_loaded=on_loaded,
                 on_step=on_step,
             )
+    if log:
+        results = {}
+        for r in rows:
+            if r.loss is not None:
+                where_ = f"eval/{Path(r.file).stem}/ctx{r.context_length}"
+                results.update({f"{where_}/loss": r.loss, f"{where_}/bpb": r.bpb})
+        log_eval_results(run, evaluated[0], results)
     if as_json:
         print(json.dumps([asdict(r) for r in rows], indent=2))
         return

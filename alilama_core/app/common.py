@@ -158,6 +158,32 @@ def loud_warnings():
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
 
 
+LogOpt = Annotated[
+    bool,
+    typer.Option(
+        "--log",
+        help="Also log the results into the run's trackers (its train.loggers: TensorBoard, W&B, MLflow, CSV), "
+        "at the evaluated checkpoint's step.",
+    ),
+]
+
+
+def log_eval_results(run, checkpoint, results: dict[str, float]) -> None:
+    """``eval --log``: add ``results`` to the run's trackers and say which took them (on stderr)."""
+    from alilama_core.runs.trackers import log_to_run_trackers
+
+    with loud_warnings():
+        names = log_to_run_trackers(run, checkpoint, results)
+    if names:
+        err_console.print(f"logged {len(results)} results to {', '.join(names)}", highlight=False, soft_wrap=True)
+    else:
+        err_console.print(
+            "note: --log: the run has no loggers (train.loggers), so only the output above has the results",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
 def resolve_config(config: str | None, preset_name: str | None, overrides: list[str] | None):
     """Config from a file or a preset (default ``essay``), then overrides; validated."""
     from alilama_core.engine import configs as cfgmod

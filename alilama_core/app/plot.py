@@ -7,23 +7,7 @@ from pathlib import Path
 
 from alilama_core.contracts.errors import AlilamaError
 from alilama_core.contracts.files import atomic_open
-
-
-def read_metrics(run: str | Path) -> list[dict]:
-    path = Path(run) / "metrics.jsonl"
-    if not path.is_file():
-        raise AlilamaError(f"{str(run)!r} has no metrics.jsonl (is it a run folder that has trained?)")
-    rows = []
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    for number, line in enumerate(lines, 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                if number == len(lines):  # torn by a kill mid-write; resuming drops it too
-                    break
-                raise AlilamaError(f"{str(path)!r} line {number} is not valid JSON: {exc}") from None
-    return rows
+from alilama_core.runs.checkpoint import read_metrics
 
 
 def plot_runs(runs: list[str | Path], out: str | Path) -> Path:

@@ -148,10 +148,12 @@ def task_eval(
     force_attention: bool = False,
     verify: bool = True,
     on_loaded=None,
+    log: bool = False,
 ) -> None:
     """Score a task run at each length; print a table or JSON and keep ``RUN/task-eval.json``.
 
     ``on_loaded(loaded)`` is called once the run is loaded (on cpu), before it is scored.
+    ``log``: also add the scores to the run's trackers (``train.loggers``; ``eval --log``).
     """
     from alilama_core.contracts.task import parse_length_list, parse_lengths
     from alilama_core.engine import configs as cfgmod
@@ -191,6 +193,21 @@ def task_eval(
         "rows": [asdict(r) for r in rows],
     }
     atomic_write_text(path / EVAL_FILE, json.dumps(result, indent=2) + "\n")
+    if log:
+        from alilama_core.app.common import log_eval_results
+
+        scores = {}
+        for r in rows:
+            if r.exact_match is not None:
+                where = f"eval/{built.name}/len{r.length}"
+                scores.update(
+                    {
+                        f"{where}/exact_match": r.exact_match,
+                        f"{where}/token_accuracy": r.token_accuracy,
+                        f"{where}/loss": r.loss,
+                    }
+                )
+        log_eval_results(run, loaded.checkpoint, scores)
     if as_json:
         print(json.dumps(result, indent=2))
         return

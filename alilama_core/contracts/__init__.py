@@ -3,7 +3,7 @@
 ``PositionalScheme`` (``positional``), ``AttentionBackend``, ``AttentionFn``,
 ``AttentionCase`` and ``AttentionBias`` (``attention``), ``Tokenizer``
 (``tokenizer``), ``Trainer`` (``trainer``), ``Task`` and its symbol tokenizer
-(``task``), ``DataSource`` (``data``), ``RunWriter`` (``runs``), plain-data
+(``task``), ``Logger`` (``logger``), ``DataSource`` (``data``), ``RunWriter`` (``runs``), plain-data
 configs whose ``validate()`` checks values only (``config``), every error class
 (``errors``), the hook specifications (``hookspecs``), plugin settings
 (``options``), the table of limits (``limits``) and the file primitives (atomic

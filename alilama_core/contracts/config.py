@@ -138,6 +138,11 @@ class TrainConfig:
     trainer: str = "default"
     trainer_options: dict[str, Any] = field(default_factory=dict)
     """The trainer's own settings (see its ``defaults``); unknown keys are an error."""
+    loggers: list[str] = field(default_factory=list)
+    """Experiment trackers that also receive the metrics, e.g. ``[tensorboard, csv]`` (``alilama plugins``
+    lists them: csv, tensorboard, wandb, mlflow); ``metrics.jsonl`` is always written."""
+    logger_options: dict[str, Any] = field(default_factory=dict)
+    """Each logger's own settings by its name, e.g. ``{wandb: {project: stories}}`` (see its ``defaults``)."""
 
     def validate(self) -> "TrainConfig":
         if self.max_steps is None and self.max_time is None:
@@ -183,6 +188,7 @@ class TrainConfig:
                 f"train.threads must be a positive integer or null (the default: one per physical core), "
                 f"got {self.threads!r} (e.g. train.threads=4)"
             )
+        check_loggers_listed(self.loggers, self.logger_options)
         if self.dtype not in ("float32", "bfloat16"):
             raise ConfigError(f"train.dtype must be float32 or bfloat16, got {self.dtype!r}")
         if self.grad_clip is not None and self.grad_clip <= 0:
@@ -196,6 +202,21 @@ class TrainConfig:
         ):
             raise ConfigError(f"train.evals_per_budget must be an integer >= 0, got {self.evals_per_budget!r}")
         return self
+
+
+def check_loggers_listed(loggers: list[str], options: dict[str, Any]) -> None:
+    """``train.loggers`` is a list of distinct names and ``train.logger_options`` maps names to mappings."""
+    if not isinstance(loggers, list) or not all(isinstance(n, str) and n for n in loggers):
+        raise ConfigError(f"train.loggers must be a list of logger names, e.g. [tensorboard, csv], got {loggers!r}")
+    repeated = sorted({n for n in loggers if loggers.count(n) > 1})
+    if repeated:
+        raise ConfigError(f"train.loggers names {', '.join(repeated)} more than once; name each logger once")
+    for name, value in options.items():
+        if not isinstance(value, dict):
+            raise ConfigError(
+                f"train.logger_options.{name} must be a mapping of that logger's settings, e.g. "
+                f"train.logger_options.{name}.dir=PATH, got {value!r}"
+            )
 
 
 @dataclass

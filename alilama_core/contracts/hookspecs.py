@@ -43,5 +43,10 @@ def register_tasks(register):
 
 
 @hookspec
+def register_loggers(register):
+    """Register experiment loggers: ``register(name, cls)``, cls a ``Logger`` subclass (``contracts.logger``)."""
+
+
+@hookspec
 def register_commands(app):
     """Add commands or sub-apps to the ``alilama`` typer app."""

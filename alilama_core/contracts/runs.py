@@ -57,16 +57,18 @@ class RunWriter(Protocol):
         """Create the run folder (or reopen it to resume); the resumed checkpoint's state, else ``None``."""
 
     def log(self, row: dict[str, Any]) -> None:
-        """Append one row (with ``step``) to metrics.jsonl."""
+        """Append one row (with ``step``) to metrics.jsonl, and hand it to the run's loggers
+        (``train.loggers``, see ``contracts.logger``): its numbers, its ``val_*`` results, its ``samples``."""
 
     def save_checkpoint(self, step: int, model: Any, optimizer: Any, state: dict[str, Any]) -> Path:
-        """Write ``step-XXXXXXXX/`` whole or not at all."""
+        """Write ``step-XXXXXXXX/`` whole or not at all (the loggers are flushed first)."""
 
     def prune(self, best_step: int | None) -> None:
         """Drop step checkpoints past ``train.keep_last``, keeping the best one."""
 
     def finish(self, model: Any, state: dict[str, Any]) -> Path:
-        """Write ``final/`` (weights and state, no optimizer)."""
+        """Write ``final/`` (weights and state, no optimizer); the loggers' ``end`` gets the final metrics
+        and ``state["stopped"]``."""
 
     def close(self) -> None:
-        """Close metrics.jsonl."""
+        """Close metrics.jsonl and the loggers."""

@@ -158,6 +158,23 @@ def to_dict(cfg: Any) -> dict[str, Any]:
     return asdict(cfg)
 
 
+def flat(data: Any, prefix: str = "") -> dict[str, Any]:
+    """A config (or nested mapping) as ``{"section.field": value}``::
+
+    >>> flat({"model": {"d_model": 128, "positional_options": {"theta": 1.0}}})
+    {'model.d_model': 128, 'model.positional_options.theta': 1.0}
+    """
+    if not isinstance(data, dict):
+        data = to_dict(data)
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 def _upgrade_model(data: dict[str, Any]) -> dict[str, Any]:
     """Configs written before plugin settings had a home: ``rope_theta`` becomes rope's ``theta``."""
     if "rope_theta" not in data:
@@ -274,6 +291,11 @@ def save(cfg: Any, path: str | os.PathLike[str]) -> None:
     atomic_write_text(p, text)
 
 
+def _in_options(parents: list[str]) -> bool:
+    """Whether a key under ``parents`` lies inside a plugin's settings (any key is allowed there)."""
+    return any(p.endswith("options") for p in parents)
+
+
 def apply_overrides(cfg: T, overrides: list[str] | None) -> T:
     """Return a copy of ``cfg`` with ``section.field=value`` overrides applied."""
     data = to_dict(cfg)
@@ -293,13 +315,15 @@ def apply_overrides(cfg: T, overrides: list[str] | None) -> T:
         node = data
         parts = key.split(".")
         for depth, part in enumerate(parts[:-1]):
+            if part not in node and _in_options(parts[:depth]):
+                node[part] = {}  # a plugin's settings under a ``*_options`` mapping (logger_options.wandb)
             if not isinstance(node.get(part), dict):
                 raise ConfigError(
                     f"override {item!r}: {'.'.join(parts[: depth + 1])!r} is not a config section; "
                     f"sections: {', '.join(k for k, v in node.items() if isinstance(v, dict))}"
                 )
             node = node[part]
-        if parts[-1] not in node and not (len(parts) > 1 and parts[-2].endswith("options")):
+        if parts[-1] not in node and not _in_options(parts[:-1]):
             raise ConfigError(f"override {item!r}: no field {parts[-1]!r}; valid: {', '.join(node)}")
         node[parts[-1]] = value
     return from_dict(type(cfg), data)

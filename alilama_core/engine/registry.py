@@ -50,6 +50,7 @@ HOOKS: dict[str, str] = {
     "attention": "register_attention_backends",
     "trainer": "register_trainers",
     "task": "register_tasks",
+    "logger": "register_loggers",
 }
 """Plugin kind -> the ``register_*`` hook that fills its name table."""
 KINDS = tuple(HOOKS)

@@ -81,4 +81,21 @@ def check_config(cfg: Config) -> Config:
     cfg.validate()
     check_model(cfg.model)
     get_trainer(cfg.train.trainer).check_options(cfg.train.trainer_options, cfg.train.trainer)
+    check_loggers(cfg.train)
     return cfg
+
+
+def check_loggers(tcfg) -> dict:
+    """Each of ``train.loggers`` is registered, its library installed and its options known, and
+    ``train.logger_options`` names registered loggers only; the logger classes by name."""
+    from alilama_core.contracts.logger import logger_class
+
+    reg = get_registry()
+    classes = {}
+    for name in tcfg.loggers:
+        cls = classes[name] = logger_class(reg.get("logger", name), name)
+        cls.check_available()
+        cls.check_options(tcfg.logger_options.get(name), name)
+    for name in tcfg.logger_options:
+        reg.entry("logger", name)  # an unknown name lists the registered ones
+    return classes

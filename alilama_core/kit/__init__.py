@@ -24,7 +24,8 @@ becomes a strict expected failure::
 
 ``check_positional_scheme`` and ``check_attention_backend`` build tiny models
 on the CPU (a second or two); ``check_tokenizer`` trains on a few lines;
-``check_trainer`` trains a tiny model for a few steps on a prepared data folder.
+``check_trainer`` trains a tiny model for a few steps on a prepared data folder;
+``check_logger`` runs a logger through a run, an interrupted and resumed one, and an evaluation.
 The built-in plugins pass every check in Alilama's own test suite.
 """
 
@@ -37,6 +38,7 @@ from alilama_core.kit.common import (
     run_checks,
     tiny_model_config,
 )
+from alilama_core.kit.logger import check_logger, logger_checks
 from alilama_core.kit.positional import check_positional_scheme, positional_checks
 from alilama_core.kit.task import check_task, task_checks
 from alilama_core.kit.tokenizer import check_tokenizer, tokenizer_checks
@@ -47,10 +49,12 @@ __all__ = [
     "Check",
     "attention_checks",
     "check_attention_backend",
+    "check_logger",
     "check_positional_scheme",
     "check_task",
     "check_tokenizer",
     "check_trainer",
+    "logger_checks",
     "parametrize_with_checks",
     "positional_checks",
     "registered",

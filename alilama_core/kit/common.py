@@ -10,7 +10,7 @@ from typing import Any
 
 from alilama_core.contracts.attention import AttentionCase, attention_backend
 from alilama_core.contracts.config import ModelConfig
-from alilama_core.contracts.errors import AlilamaError
+from alilama_core.contracts.errors import AlilamaError, ConfigError
 from alilama_core.contracts.hookspecs import hookimpl
 from alilama_core.engine.configs import PRESETS
 from alilama_core.engine.model import build_model
@@ -29,6 +29,17 @@ TRICKY_TEXTS = (
 
 def _fail(what: str, why: str) -> AssertionError:
     return AssertionError(f"{what}: {why}")
+
+
+def _refuses_unknown_option(what: str, attempt: Callable[[], Any], where: str) -> None:
+    """``attempt()`` (given the option ``no_such_option``) raises ``ConfigError`` naming it."""
+    try:
+        attempt()
+    except ConfigError as exc:
+        if "no_such_option" not in str(exc):
+            raise _fail(what, f"the error for an unknown option does not name it: {exc}") from None
+    else:
+        raise _fail(what, f"an unknown key in {where} was accepted")
 
 
 @contextmanager

@@ -393,3 +393,21 @@ def resume_config(run: str | os.PathLike[str], overrides: list[str] | None = Non
         raise CheckpointError(f"cannot resume: {str(path)!r} is not a run folder (no config.yaml)")
     config = check_config(cfgmod.apply_overrides(cfgmod.load(path / "config.yaml"), overrides))
     return config, read_run_json(path).get("data")
+
+
+def read_metrics(run: str | Path) -> list[dict]:
+    """The rows of ``RUN/metrics.jsonl`` (a last line torn by a kill is left out)."""
+    path = Path(run) / METRICS
+    if not path.is_file():
+        raise AlilamaError(f"{str(run)!r} has no metrics.jsonl (is it a run folder that has trained?)")
+    rows = []
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    for number, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                if number == len(lines):  # torn by a kill mid-write; resuming drops it too
+                    break
+                raise AlilamaError(f"{str(path)!r} line {number} is not valid JSON: {exc}") from None
+    return rows

@@ -48,6 +48,7 @@ CONTENTS: dict[str, tuple[str, ...]] = {
         "*.png",
         "task-eval.json",
         "chat_template.jinja",  # the run's own chat template (alilama_core.engine.chat), written by its user
+        "trackers",  # the loggers' own files (train.loggers), RUN/trackers/<name>
         *_TRANSIENT,
     ),
     "data": (MARKER, "meta.json", "train.bin", "val.bin", "tokenizer", *_TRANSIENT),

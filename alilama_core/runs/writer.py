@@ -20,6 +20,7 @@ from typing import Any
 
 from alilama_core.contracts.errors import CheckpointError, ConfigError, DataError, OutputError
 from alilama_core.contracts.files import atomic_write_text, disk_full_guard, exclusive_lock, make_temp_folder
+from alilama_core.contracts.logger import split_row
 from alilama_core.engine import configs as cfgmod
 from alilama_core.runs.checkpoint import (
     CONFIG,
@@ -35,6 +36,7 @@ from alilama_core.runs.checkpoint import (
     checkpoints,
     file_sha256,
     load_weights,
+    read_metrics,
     read_run_json,
     recorded_weights_hash,
     save_weights,
@@ -44,6 +46,8 @@ from alilama_core.runs.checkpoint import (
 )
 from alilama_core.runs.outputs import building, check_output, check_writable_path, clean_stale
 from alilama_core.runs.tokenizers import tokenizer_hash
+from alilama_core.runs.trackers import STATE as LOGGER_STATE
+from alilama_core.runs.trackers import Trackers, summary_of
 
 # Model settings that the checkpoints' weights depend on: they cannot change on resume.
 ARCHITECTURE = (
@@ -63,19 +67,9 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def _flat(data: dict, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def config_changes(old, new) -> dict[str, list]:
     """``{"section.field": [old, new]}`` for every field that differs."""
-    a, b = _flat(cfgmod.to_dict(old)), _flat(cfgmod.to_dict(new))
+    a, b = cfgmod.flat(old), cfgmod.flat(new)
     return {k: [a.get(k), b.get(k)] for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
 
 
@@ -151,6 +145,9 @@ class RunFolder:
         self.finished: dict[str, Any] | None = None
         self.ready = False  # whether ``path`` holds this run (a new one is swapped in by ``begin``)
         self._metrics = None
+        # the loggers of train.loggers (rank 0 only); each metrics row also goes to them
+        self.trackers = Trackers.from_config(config) if main else Trackers({})
+        self._last_eval: dict[str, Any] = {}
 
     # -- before anything is written -----------------------------------------------------
 
@@ -220,7 +217,29 @@ class RunFolder:
         state = self.resume(model, optimizer) if resume else None
         if self.finished is None:
             self.after_begin()
+            self.start_trackers(source, model, state, resume)
         return state
+
+    def start_trackers(self, source, model, state: dict[str, Any] | None, resume: bool) -> None:
+        """Start the run's loggers (a resumed run's with the states ``run.json`` kept); keep their states."""
+        if not (self.main and self.trackers):
+            return
+        try:
+            parameters = int(sum(p.numel() for p in model.parameters()))
+        except (AttributeError, TypeError):  # a trainer's model that is not an nn.Module
+            parameters = None
+        kept = self.trackers.start(
+            self.path,
+            self.config,
+            parameters=parameters,
+            data=source.describe(),
+            resumed_from=(state["step"] if state else 0) if resume else None,
+            states=self.record.get(LOGGER_STATE),
+            history=read_metrics(self.path) if resume and (self.path / METRICS).is_file() else None,
+        )
+        if kept != self.record.get(LOGGER_STATE, {}):
+            self.record[LOGGER_STATE] = kept
+            write_run_json(self.path, self.record)
 
     def after_begin(self) -> None:
         """Open metrics.jsonl for appending (main process)."""
@@ -372,14 +391,20 @@ class RunFolder:
         self.after_begin()
         self._metrics.write(json.dumps(row) + "\n")
         self._metrics.flush()
+        _, evaluation, _ = split_row(row)  # the last evaluation, for the loggers' end
+        self._last_eval = evaluation or self._last_eval
+        self.trackers.log(row)
 
     def save_checkpoint(self, step: int, model, optimizer, state: dict[str, Any]) -> Path:
+        self.trackers.flush()  # what the loggers hold up to a checkpoint survives a kill
         return self._save(step_name(step), model, optimizer, state)
 
     def finish(self, model, state: dict[str, Any]) -> Path:
         """The final weights, and in run.json what they are: their step, tokens and why training ended."""
         self.record["final"] = {k: state[k] for k in ("step", "tokens", "time_s", "stopped") if k in state}
-        return self._save(FINAL, model, None, state)
+        final = self._save(FINAL, model, None, state)
+        self.trackers.end(summary_of(state, self._last_eval), state.get("stopped"))
+        return final
 
     def _save(self, name: str, model, optimizer, state: dict) -> Path:
         import torch
@@ -421,6 +446,7 @@ class RunFolder:
                 shutil.rmtree(path, ignore_errors=True)
 
     def close(self) -> None:
+        self.trackers.close()
         if self._metrics is not None:
             try:
                 self._metrics.close()

@@ -22,6 +22,7 @@ PACKAGES = {
     "alilama_bpe": "plugins/alilama_bpe",
     "alilama_trainers": "plugins/alilama_trainers",
     "alilama_tasks": "plugins/alilama_tasks",
+    "alilama_loggers": "plugins/alilama_loggers",
     "alilama_hf": "integrations/alilama_hf",
 }
 
