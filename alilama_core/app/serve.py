@@ -41,7 +41,7 @@ from typing import Any
 
 from alilama_core.contracts.errors import AlilamaError
 from alilama_core.engine.batching import ContinuousBatch, Event
-from alilama_core.engine.generation import SamplingSettings
+from alilama_core.engine.generation import SamplingSettings, token_bytes
 
 
 @dataclass
@@ -295,11 +295,6 @@ class Choice:
         piece = self.text[self.sent : len(self.text) - hold]
         self.sent += len(piece)
         return piece
-
-
-def token_bytes(tokenizer, token: int) -> bytes:
-    """The bytes of ``token``; U+FFFD for an id the tokenizer cannot spell (a model wider than its tokenizer)."""
-    return tokenizer.decode_bytes([token]) if token < tokenizer.vocab_size else "\ufffd".encode()
 
 
 def _overlap(text: str, stop: str) -> int:

@@ -207,6 +207,15 @@ def _trim_to_stop(row: list[int], decode: Callable[[list[int]], str], stops: lis
     return row
 
 
+UNSPELLABLE = "\ufffd".encode()
+"""What an id the tokenizer cannot spell shows as (U+FFFD): a model wider than its tokenizer can sample one."""
+
+
+def token_bytes(tokenizer, token: int) -> bytes:
+    """The bytes of ``token``, or ``UNSPELLABLE`` for an id past the tokenizer's vocabulary."""
+    return tokenizer.decode_bytes([token]) if token < tokenizer.vocab_size else UNSPELLABLE
+
+
 def decode_stream(tokenizer, ids: Iterator[int]) -> Iterator[str]:
     """Text pieces for a stream of ids; a character split over tokens waits for its last byte.
 
@@ -215,7 +224,7 @@ def decode_stream(tokenizer, ids: Iterator[int]) -> Iterator[str]:
     """
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     for token in ids:
-        piece = decoder.decode(tokenizer.decode_bytes([token]))
+        piece = decoder.decode(token_bytes(tokenizer, token))
         if piece:
             yield piece
     tail = decoder.decode(b"", final=True)

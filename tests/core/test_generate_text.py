@@ -139,3 +139,15 @@ def test_the_generate_example_of_the_api_docs_runs(run_dir, capsys):
     ids = scope["ids"]
     assert isinstance(ids, list) and len(ids) == 2 and all(isinstance(row, list) and row for row in ids)
     assert capsys.readouterr().out.strip(), "the example printed no text"
+
+
+def test_an_id_past_the_tokenizer_shows_as_a_replacement_character():
+    """A model wider than its tokenizer (a padded vocabulary) can sample ids the tokenizer cannot spell."""
+    from alilama_bpe.tokenizer import BPETokenizer
+
+    from alilama_core.engine.generation import UNSPELLABLE, decode_stream, token_bytes
+
+    tok = BPETokenizer.train(["hello there, hello world"], vocab_size=260)
+    past = tok.vocab_size + 5
+    assert token_bytes(tok, past) == UNSPELLABLE == "\ufffd".encode()
+    assert "".join(decode_stream(tok, iter([*tok.encode("hi "), past, *tok.encode(" ok")]))) == "hi \ufffd ok"
