@@ -110,6 +110,17 @@ class TrainConfig:
     lr: float = 3e-3
     min_lr: float = 3e-4
     warmup_steps: int = 100
+    schedule: str = "cosine"
+    """After warm-up: ``cosine`` (decay to ``min_lr`` at the end) or ``wsd`` (warm-up, stable at ``lr``, then a
+    linear decay to ``min_lr`` over the last ``train.decay_share`` of the steps or the time budget)."""
+    decay_share: float = 0.2
+    """With ``train.schedule=wsd``: the share of training spent decaying."""
+    optimizer: str = "adamw"
+    """``adamw`` for every weight, or ``muon``: Muon (``torch.optim.Muon``, orthogonalised momentum) for the
+    blocks' matrices and AdamW for the embeddings, norms and biases, as the nanoGPT speedrun does."""
+    muon_lr: float = 0.02
+    """With ``train.optimizer=muon``: Muon's peak learning rate (the schedule scales it as it scales ``lr``)."""
+    muon_momentum: float = 0.95
     weight_decay: float = 0.1
     """Applied to matrices only (not to biases, norms or embeddings' tied copy twice)."""
     beta1: float = 0.9
@@ -160,7 +171,8 @@ class TrainConfig:
             raise ConfigError(
                 f"train.micro_batch_size ({self.micro_batch_size}) must divide train.batch_size ({self.batch_size})"
             )
-        for name in ("lr", "min_lr", "weight_decay", "beta1", "beta2", "grad_clip", "max_time"):
+        for name in ("lr", "min_lr", "weight_decay", "beta1", "beta2", "grad_clip", "max_time", "muon_lr",
+                     "muon_momentum", "decay_share"):  # fmt: skip
             value = getattr(self, name)
             if value is None and name in ("grad_clip", "max_time"):
                 continue
@@ -181,6 +193,16 @@ class TrainConfig:
             raise ConfigError(f"train.seed must be an integer >= 0, got {self.seed!r} (e.g. train.seed=1337)")
         if self.warmup_steps < 0:
             raise ConfigError(f"train.warmup_steps must be >= 0, got {self.warmup_steps}")
+        if self.schedule not in ("cosine", "wsd"):
+            raise ConfigError(f"train.schedule must be cosine or wsd, got {self.schedule!r}")
+        if not 0 < self.decay_share <= 1:
+            raise ConfigError(f"train.decay_share must be in (0, 1], got {self.decay_share} (e.g. 0.2)")
+        if self.optimizer not in ("adamw", "muon"):
+            raise ConfigError(f"train.optimizer must be adamw or muon, got {self.optimizer!r}")
+        if self.muon_lr <= 0 or not 0 <= self.muon_momentum < 1:
+            raise ConfigError(
+                f"need train.muon_lr > 0 and 0 <= train.muon_momentum < 1, got {self.muon_lr}, {self.muon_momentum}"
+            )
         if self.threads is not None and (
             isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1
         ):

@@ -180,6 +180,12 @@ class RunFolder:
                 f"cannot resume with a different architecture ({detail}): the run's checkpoints hold "
                 "the old one. Drop those overrides, or start a new run with --out"
             )
+        if saved.train.optimizer != self.config.train.optimizer:  # its state in the checkpoints is the old one's
+            raise ConfigError(
+                f"cannot resume with another optimiser (train.optimizer {saved.train.optimizer!r} -> "
+                f"{self.config.train.optimizer!r}): the checkpoints hold the old one's state. "
+                "Drop the override, or start a new run with --out"
+            )
         self.saved = saved
         return saved
 

@@ -54,7 +54,8 @@ BUDGET_WARMUP_SHARE = 0.1
 
 
 def lr_at(step: int, cfg, elapsed: float | None = None) -> float:
-    """Linear warm-up to ``lr`` over ``warmup_steps``, then cosine decay to ``min_lr`` at ``max_steps``.
+    """Linear warm-up to ``lr`` over ``warmup_steps``, then cosine decay to ``min_lr`` at ``max_steps``
+    (``train.schedule=wsd``: stable at ``lr``, then linear to ``min_lr`` over the last ``decay_share``).
 
     With a time budget (``train.max_time``) and the seconds trained so far
     (``elapsed``), the schedule is laid over the budget too: warm-up ends at its
@@ -74,6 +75,9 @@ def lr_at(step: int, cfg, elapsed: float | None = None) -> float:
         progress = max(0.0, min(1.0, (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps)))
     if timed:
         progress = max(progress, min(1.0, elapsed / cfg.max_time))
+    if getattr(cfg, "schedule", "cosine") == "wsd":  # stable, then a straight line down over the last share
+        decay = max(0.0, (progress - (1 - cfg.decay_share)) / cfg.decay_share)
+        return cfg.lr - (cfg.lr - cfg.min_lr) * decay
     return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1 + math.cos(math.pi * progress))
 
 
@@ -101,12 +105,60 @@ class BudgetMarks:
         return False
 
 
-def make_optimizer(model: torch.nn.Module, cfg) -> torch.optim.AdamW:
-    """AdamW; weight decay on matrices (embedding included), none on biases and norms."""
-    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+def make_optimizer(model: torch.nn.Module, cfg):
+    """AdamW (weight decay on matrices, embedding included; none on biases and norms), or with
+    ``train.optimizer=muon`` Muon for the blocks' matrices and that AdamW for the rest (``TwoOptimizers``)."""
+    if getattr(cfg, "optimizer", "adamw") == "muon":
+        muon = [p for n, p in model.named_parameters() if p.requires_grad and p.dim() == 2 and n.startswith("blocks.")]
+        ids = {id(p) for p in muon}
+        rest = [p for p in model.parameters() if p.requires_grad and id(p) not in ids]
+        return TwoOptimizers(
+            torch.optim.Muon(muon, lr=cfg.muon_lr, momentum=cfg.muon_momentum, weight_decay=cfg.weight_decay),
+            _adamw(rest, cfg),
+            scale=cfg.muon_lr / cfg.lr,
+        )
+    return _adamw(list(model.parameters()), cfg)
+
+
+def _adamw(params: list, cfg) -> torch.optim.AdamW:
+    decay = [p for p in params if p.requires_grad and p.dim() >= 2]
+    no_decay = [p for p in params if p.requires_grad and p.dim() < 2]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
+
+
+class TwoOptimizers:
+    """Muon for matrices beside AdamW for the rest, stepped, zeroed, saved and restored as one optimiser.
+
+    ``param_groups`` lists both optimisers' groups; Muon's carry ``lr_scale`` (``muon_lr / lr``), so the
+    schedule sets each group's ``lr`` to ``lr_scale`` times its own value.
+    """
+
+    def __init__(self, muon: torch.optim.Optimizer, adamw: torch.optim.Optimizer, scale: float) -> None:
+        self.muon, self.adamw = muon, adamw
+        for group in muon.param_groups:
+            group["lr_scale"] = scale
+
+    @property
+    def param_groups(self) -> list[dict]:
+        return [*self.muon.param_groups, *self.adamw.param_groups]
+
+    def step(self) -> None:
+        self.muon.step()
+        self.adamw.step()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.muon.zero_grad(set_to_none=set_to_none)
+        self.adamw.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self) -> dict:
+        return {"muon": self.muon.state_dict(), "adamw": self.adamw.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if set(state) != {"muon", "adamw"}:
+            raise ValueError("this checkpoint's optimiser state is not Muon + AdamW (train.optimizer changed?)")
+        self.muon.load_state_dict(state["muon"])
+        self.adamw.load_state_dict(state["adamw"])
 
 
 class Distributed:
@@ -338,7 +390,7 @@ class DefaultTrainer(Trainer):
             while tcfg.max_steps is None or step < tcfg.max_steps:
                 lr = lr_at(step, tcfg, None if budget is None else trained_s())
                 for group in opt.param_groups:
-                    group["lr"] = lr
+                    group["lr"] = lr * group.get("lr_scale", 1.0)
                 starts = data.draw(sampler, tcfg.batch_size)  # the same global batch on every rank
                 mine = starts[dist.rank * share : (dist.rank + 1) * share]
                 loss_sum = 0.0

@@ -120,9 +120,16 @@ def test_training_lowers_the_loss_and_writes_the_run_folder(data_dir, tmp_path):
     assert loaded.checkpoint.name == "final" and loaded.model.config.vocab_size == 320
 
 
-def test_resume_gives_exactly_the_uninterrupted_losses(data_dir, tmp_path):
+RECIPES = {
+    "adamw-cosine": {},
+    "muon-wsd": {"optimizer": "muon", "schedule": "wsd", "decay_share": 0.5, "muon_lr": 0.02},
+}
+
+
+@pytest.mark.parametrize("recipe", list(RECIPES))
+def test_resume_gives_exactly_the_uninterrupted_losses(data_dir, tmp_path, recipe):
     cfg = tiny(
-        max_steps=12, checkpoint_every=100, eval_every=100, device="cpu"
+        max_steps=12, checkpoint_every=100, eval_every=100, device="cpu", **RECIPES[recipe]
     )  # CUDA kernels may not be deterministic
     fit(cfg, data_dir, tmp_path / "straight")
     fit(cfg, data_dir, tmp_path / "split", stop_at=5)
@@ -218,7 +225,8 @@ def test_sigint_writes_a_checkpoint_and_resume_continues(data_dir, tmp_path):
     assert max(losses(run)) == step + 3
 
 
-def test_ddp_two_processes_match_one_process(data_dir, tmp_path):
+@pytest.mark.parametrize("recipe", ["adamw", "muon"])
+def test_ddp_two_processes_match_one_process(data_dir, tmp_path, recipe):
     common = [
         "--preset",
         "tiny",
@@ -230,10 +238,11 @@ def test_ddp_two_processes_match_one_process(data_dir, tmp_path):
         "train.batch_size=8",
         "train.warmup_steps=1",
         "train.device=cpu",
+        f"train.optimizer={recipe}",
     ]  # two processes on CPU (gloo), also on a machine with one GPU
     single = run_cli("train", "--out", str(tmp_path / "one"), *common)
     assert single.returncode == 0, single.stderr
-    ddp = run_ddp(tmp_path / "two", common, port=29517)
+    ddp = run_ddp(tmp_path / "two", common, port=29517 if recipe == "adamw" else 29519)
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     one, two = losses(tmp_path / "one"), losses(tmp_path / "two")
     assert one.keys() == two.keys()
@@ -332,3 +341,36 @@ def test_each_sample_prompt_has_its_own_seed(tokenizer_dir):
     assert first != second
     again = DefaultTrainer(cfg, echo=lambda *a: None).samples(model, load_tokenizer(tokenizer_dir), step=10)
     assert again == [first, second]  # still seeded: the same step gives the same samples
+
+
+def test_the_wsd_schedule_warms_up_holds_then_decays_in_a_straight_line():
+    cfg = cfgmod.preset("tiny").train
+    cfg.max_steps, cfg.warmup_steps, cfg.lr, cfg.min_lr, cfg.schedule, cfg.decay_share = 100, 10, 1.0, 0.1, "wsd", 0.2
+    lrs = [lr_at(step, cfg) for step in range(101)]
+    assert lrs[4] == pytest.approx(0.5) and all(x == 1.0 for x in lrs[10:82])  # warm-up, then stable
+    assert lrs[100] == pytest.approx(0.1) and lrs[91] == pytest.approx(1.0 - 0.9 * (0.9 - 0.8) / 0.2)
+    decay = [a - b for a, b in zip(lrs[83:100], lrs[84:101])]
+    assert max(decay) == pytest.approx(min(decay))  # linear
+    cfg.max_steps, cfg.max_time = None, 100.0  # under a time budget the decay follows the time
+    assert lr_at(50, cfg, elapsed=50.0) == 1.0 and lr_at(50, cfg, elapsed=90.0) == pytest.approx(0.55)
+
+
+def test_muon_takes_the_blocks_matrices_and_adamw_the_rest(data_dir):
+    from alilama_trainers.trainer import TwoOptimizers, make_optimizer
+
+    from alilama_core import build_model
+
+    cfg = tiny(optimizer="muon", muon_lr=0.02, lr=0.004)
+    model = build_model(cfg.model)
+    opt = make_optimizer(model, cfg.train)
+    assert isinstance(opt, TwoOptimizers) and isinstance(opt.muon, torch.optim.Muon)
+    muon = {id(p) for g in opt.muon.param_groups for p in g["params"]}
+    for name, p in model.named_parameters():
+        assert (id(p) in muon) == (name.startswith("blocks.") and p.dim() == 2), name
+    assert {g.get("lr_scale", 1.0) for g in opt.param_groups} == {5.0, 1.0}
+
+
+def test_resume_refuses_another_optimiser(data_dir, tmp_path):
+    fit(tiny(max_steps=4, checkpoint_every=2, eval_every=100), data_dir, tmp_path / "run", stop_at=2)
+    with pytest.raises(AlilamaError, match="cannot resume with another optimiser .train.optimizer 'adamw' -> 'muon'"):
+        fit(tiny(max_steps=4, optimizer="muon"), data_dir, tmp_path / "run", resume=True)
