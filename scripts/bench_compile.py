@@ -1,0 +1,87 @@
+"""``torch.compile`` (Inductor) against eager for the essay model's training step, on this machine's CPU.
+
+The essay preset (B=32, T=128, AdamW), random token windows, ``--threads`` torch
+threads. For each mode: the first step (for compiled: compilation included),
+then the median of ``--steps`` steps after ``--warmup`` more. The two modes
+alternate in rounds in one process, so a busy machine slows both alike::
+
+    .venv/bin/python scripts/bench_compile.py [--threads 2] [--steps 20] [--rounds 3]
+
+It prints one Markdown table (for docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+
+def step_fn(model, opt, batch):
+    import torch.nn.functional as F
+
+    x, y = batch
+    loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return loss
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    import torch
+
+    from alilama_core import build_model, preset
+
+    torch.set_num_threads(args.threads)
+    cfg = preset("essay")
+    g = torch.Generator().manual_seed(0)
+    batches = [
+        (
+            torch.randint(0, cfg.model.vocab_size, (cfg.train.batch_size, cfg.model.context_length), generator=g),
+            torch.randint(0, cfg.model.vocab_size, (cfg.train.batch_size, cfg.model.context_length), generator=g),
+        )
+        for _ in range(4)
+    ]
+    runs = {}
+    for mode in ("eager", "compiled"):
+        torch.manual_seed(0)
+        model = build_model(cfg.model).train()
+        opt = torch.optim.AdamW(model.parameters(), lr=cfg.train.lr)
+        runs[mode] = (torch.compile(model) if mode == "compiled" else model, opt)
+    first, times = {}, {m: [] for m in runs}
+    for mode, (model, opt) in runs.items():
+        start = time.perf_counter()
+        step_fn(model, opt, batches[0])
+        first[mode] = time.perf_counter() - start
+        for i in range(args.warmup):
+            step_fn(model, opt, batches[i % 4])
+    for _ in range(args.rounds):
+        for mode, (model, opt) in runs.items():
+            for i in range(args.steps):
+                start = time.perf_counter()
+                step_fn(model, opt, batches[i % 4])
+                times[mode].append(time.perf_counter() - start)
+    eager, compiled = statistics.median(times["eager"]), statistics.median(times["compiled"])
+    tokens = cfg.train.batch_size * cfg.model.context_length
+    print(
+        f"| essay training step, B=32, T=128, {args.threads} threads | first step (s) | median step (ms) | tokens/s |"
+    )
+    print("|---|---:|---:|---:|")
+    print(f"| eager | {first['eager']:.2f} | {eager * 1000:.1f} | {tokens / eager:,.0f} |")
+    print(f"| torch.compile (Inductor) | {first['compiled']:.1f} | {compiled * 1000:.1f} | {tokens / compiled:,.0f} |")
+    pays_after = first["compiled"] / max(1e-9, eager - compiled) if compiled < eager else None
+    print(
+        f"\ncompiled / eager step time: {compiled / eager:.2f}; "
+        + (f"compilation pays for itself after about {pays_after:,.0f} steps" if pays_after else "it does not pay")
+    )
+
+
+if __name__ == "__main__":
+    main()
