@@ -336,7 +336,6 @@ def serve_cmd(
     import importlib.util
 
     from alilama_core.app.serve import Limits, serve
-    from alilama_core.runs.checkpoint import load_run
 
     missing = [m for m in ("starlette", "uvicorn") if importlib.util.find_spec(m) is None]
     if missing:
@@ -347,17 +346,13 @@ def serve_cmd(
             raise AlilamaError(f"{name} must be at least 1, got {value}")
     if not 0 < port < 65536:
         raise AlilamaError(f"--port must be between 1 and 65535, got {port}")
-    n_threads = commands.set_threads(threads)
-    where = commands.choose_device(device)
-    with loud_warnings():
-        loaded = load_run(run, checkpoint=checkpoint, map_location=where)
+    loaded = _load_to_sample(run, checkpoint, device, threads)
     limit = loaded.model.positional.max_positions
     prompt_limit = max_prompt_tokens or (768 if limit is None else max(1, limit - 1))
     if prompt_limit < 1:
         raise AlilamaError(f"--max-prompt-tokens must be at least 1, got {prompt_limit}")
     limits = Limits(max_tokens=max_tokens, max_prompt_tokens=prompt_limit, max_batch=max_batch, max_queue=max_queue)
     model_id = Path(run).resolve().name
-    plain_line(commands.describe_loaded(loaded, where, n_threads, ("short", "decode")))
     plain_line(f"serving {model_id} on http://{host}:{port}/v1 (batch {max_batch}, queue {max_queue})")
     serve(loaded, model_id, host, port, limits, api_key)
 
@@ -384,15 +379,10 @@ def chat_cmd(
     from alilama_core.app.serve import chat_turns
     from alilama_core.engine.chat import run_template
     from alilama_core.engine.generation import SamplingSettings
-    from alilama_core.runs.checkpoint import load_run
 
     settings = SamplingSettings(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, seed=seed)
     settings.validate()
-    n_threads = commands.set_threads(threads)
-    where = commands.choose_device(device)
-    with loud_warnings():
-        loaded = load_run(run, checkpoint=checkpoint, map_location=where)
-    plain_line(commands.describe_loaded(loaded, where, n_threads, ("short", "decode")))
+    loaded = _load_to_sample(run, checkpoint, device, threads)
     interactive = sys.stdin.isatty()
     if interactive:
         err_console.print("a base model continues text; it was not trained to chat. /reset, /quit", highlight=False)
@@ -409,6 +399,18 @@ def chat_cmd(
         sys.stdout.flush()
 
     chat_turns(loaded, settings, run_template(loaded.path), read, write)
+
+
+def _load_to_sample(run: str, checkpoint: str | None, device: str, threads: int | None):
+    """The run, loaded on ``--device`` with ``--threads`` for sampling, and the plain line that says so."""
+    from alilama_core.runs.checkpoint import load_run
+
+    n_threads = commands.set_threads(threads)
+    where = commands.choose_device(device)
+    with loud_warnings():
+        loaded = load_run(run, checkpoint=checkpoint, map_location=where)
+    plain_line(commands.describe_loaded(loaded, where, n_threads, ("short", "decode")))
+    return loaded
 
 
 def _why_nothing(max_new_tokens: int, room: int | None) -> str:

@@ -514,27 +514,31 @@ def probe_failures(result: dict) -> list[str]:
     return wrong
 
 
-def run_probe(python: str, folder: Path, expected: Path) -> dict:
-    """``probe_folder.py`` under another interpreter (``--check-with``): its result, or an error saying why not."""
+def run_standalone(
+    python: str, argv: list[str], *, where: str, failed: str, hint: str = "", timeout: int = PROBE_TIMEOUT_S
+) -> dict:
+    """Run a standalone file (``argv``: its path, then its arguments) under another ``python``; its result.
+
+    The file prints one JSON object as its last line (``probe_folder.py``, ``probe_gguf.py``,
+    ``onnx_folder.py``). ``where`` names the option that chose the Python (``--check-with PY``), for the
+    errors; ``failed`` says what did not work when the file exits non-zero; ``hint`` what that Python needs.
+    """
     import subprocess
 
     try:
         proc = subprocess.run(
-            [python, str(PROBE_FILE), str(folder), str(expected)],
+            [python, *argv],
             capture_output=True,
             text=True,
-            timeout=PROBE_TIMEOUT_S,
+            timeout=timeout,
             stdin=subprocess.DEVNULL,
             env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"},
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise AlilamaError(f"--check-with {python}: could not run it ({exc})") from None
+        raise AlilamaError(f"{where}: could not run it ({exc})") from None
     if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise AlilamaError(
-            f"--check-with {python}: the folder did not load there: {tail} "
-            "(that Python needs torch, transformers and safetensors)"
-        )
+        tail = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+        raise AlilamaError(f"{where}: {failed}: {tail}" + (f" ({hint})" if hint else ""))
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -548,7 +552,19 @@ def check_folder(loaded, folder: Path, check_with: list[str]) -> str:
         expected = Path(tmp) / "expected.safetensors"
         write_expected(loaded, expected)
         results = [("this Python", probe(folder, expected))]
-        results += [(python, run_probe(python, folder, expected)) for python in check_with]
+        results += [
+            (
+                python,
+                run_standalone(
+                    python,
+                    [str(PROBE_FILE), str(folder), str(expected)],
+                    where=f"--check-with {python}",
+                    failed="the folder did not load there",
+                    hint="that Python needs torch, transformers and safetensors",
+                ),
+            )
+            for python in check_with
+        ]
     for where, result in results:
         wrong = probe_failures(result)
         if wrong:

@@ -360,9 +360,7 @@ def _check_line(check: dict) -> str:
 
 def check_gguf(loaded, path: Path, dtype: str, pythons: list[str]) -> list[dict]:
     """Run ``path`` in llama.cpp under each Python; raise unless it computes the run's model (see ``TOLERANCE``)."""
-    import subprocess
-
-    from alilama_hf.export import write_expected
+    from alilama_hf.export import run_standalone, write_expected
 
     results: list[dict] = []
     if not pythons:
@@ -371,23 +369,13 @@ def check_gguf(loaded, path: Path, dtype: str, pythons: list[str]) -> list[dict]
         expected = Path(tmp) / "expected.safetensors"
         write_expected(loaded, expected)
         for python in pythons:
-            try:
-                proc = subprocess.run(
-                    [python, str(PROBE_FILE), str(path), str(expected)],
-                    capture_output=True,
-                    text=True,
-                    timeout=600,
-                    stdin=subprocess.DEVNULL,
-                )
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                raise AlilamaError(f"--check-with {python}: could not run it ({exc})") from None
-            if proc.returncode != 0:
-                tail = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
-                raise AlilamaError(
-                    f"--check-with {python}: llama.cpp did not run the file: {tail} "
-                    "(that Python needs llama-cpp-python, numpy and safetensors)"
-                )
-            result = json.loads(proc.stdout.strip().splitlines()[-1])
+            result = run_standalone(
+                python,
+                [str(PROBE_FILE), str(path), str(expected)],
+                where=f"--check-with {python}",
+                failed="llama.cpp did not run the file",
+                hint="that Python needs llama-cpp-python, numpy and safetensors",
+            )
             if not result["tokenizer_equal"]:
                 raise AlilamaError(f"--check-with {python}: llama.cpp's tokenizer gives other ids than the run's")
             if not result["max_logit_diff"] <= TOLERANCE[dtype]:

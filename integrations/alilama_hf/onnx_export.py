@@ -86,6 +86,8 @@ def export_onnx(
 
 def _run(python: str, folder: Path, work: Path, expected: Path) -> dict:
     """``onnx_folder.py`` under ``python``: its result, or an error that says how to get such an environment."""
+    from alilama_hf.export import run_standalone
+
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
     try:
         probe = subprocess.run(
@@ -102,17 +104,12 @@ def _run(python: str, folder: Path, work: Path, expected: Path) -> dict:
                 f"({(probe.stderr.strip().splitlines() or ['not importable'])[-1]}); optimum-onnx admits "
                 f"transformers < 4.58 only, so give it an environment of its own: {ENVIRONMENT_RECIPE}"
             )
-        proc = subprocess.run(
-            [python, str(SCRIPT), str(folder), str(work), str(expected)],
-            capture_output=True,
-            text=True,
-            timeout=1800,
-            stdin=subprocess.DEVNULL,
-            env=env,
-        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise AlilamaError(f"--python {python}: could not run it ({exc})") from None
-    if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
-        raise AlilamaError(f"optimum's ONNX export failed in {python}: {tail}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_standalone(
+        python,
+        [str(SCRIPT), str(folder), str(work), str(expected)],
+        where=f"--python {python}",
+        failed="optimum's ONNX export failed",
+        timeout=1800,
+    )
