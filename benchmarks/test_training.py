@@ -32,8 +32,8 @@ def data_dir(tmp_path_factory):
     return prepared_stories(tmp_path_factory.mktemp("bench-train"))
 
 
-def essay_config(vocab: int) -> cfgmod.Config:
-    cfg = cfgmod.preset("essay")
+def essay_config(vocab: int, preset: str = "essay") -> cfgmod.Config:
+    cfg = cfgmod.preset(preset)
     cfg.model.vocab_size = vocab
     t = cfg.train
     t.max_steps, t.warmup_steps, t.log_every = STEPS, 5, 10
@@ -50,6 +50,20 @@ def test_pipeline(benchmark, data_dir, tmp_path):
         DefaultTrainer(cfg, echo=lambda *a: None, show_progress=False).fit(str(data_dir), str(tmp_path / "run"))
 
     benchmark.group = f"{STEPS} training steps, essay config, B=32, T=128"
+    benchmark.extra_info["tokens"] = STEPS * 32 * 128
+    benchmark.pedantic(run, rounds=3 if FULL else 1, warmup_rounds=0)
+
+
+@pytest.mark.parametrize("preset", ["essay", "fast"])
+def test_recipe(benchmark, data_dir, tmp_path, preset):
+    """The ``fast`` preset's steps (Muon, WSD) beside the essay recipe's (AdamW, cosine); goal: within 10%."""
+    cfg = essay_config(TokenData(data_dir).meta["vocab_size"], preset)
+
+    def run():
+        shutil.rmtree(tmp_path / "run", ignore_errors=True)
+        DefaultTrainer(cfg, echo=lambda *a: None, show_progress=False).fit(str(data_dir), str(tmp_path / "run"))
+
+    benchmark.group = f"{STEPS} training steps by recipe, essay model, B=32, T=128"
     benchmark.extra_info["tokens"] = STEPS * 32 * 128
     benchmark.pedantic(run, rounds=3 if FULL else 1, warmup_rounds=0)
 

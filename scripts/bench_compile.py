@@ -5,9 +5,14 @@ threads. For each mode: the first step (for compiled: compilation included),
 then the median of ``--steps`` steps after ``--warmup`` more. The two modes
 alternate in rounds in one process, so a busy machine slows both alike::
 
-    .venv/bin/python scripts/bench_compile.py [--threads 2] [--steps 20] [--rounds 3]
+    .venv/bin/python scripts/bench_compile.py [--threads 2] [--steps 20] [--rounds 3] [--generation]
 
-It prints one Markdown table (for docs/benchmarks.md).
+With ``--generation``, greedy decoding too: ``generate`` (batch 1, an 8-token
+prompt, ``--new-tokens`` new ones, KV cache) with the model as built and with
+``torch.compile(model, dynamic=True)``, the first call (compilation included)
+and the median of ``--rounds`` alternating calls, same tokens checked.
+
+It prints Markdown tables (for docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--generation", action="store_true", help="Also compare compiled greedy decoding.")
+    parser.add_argument("--new-tokens", type=int, default=128)
     args = parser.parse_args()
     import torch
 
@@ -81,6 +88,41 @@ def main() -> None:
         f"\ncompiled / eager step time: {compiled / eager:.2f}; "
         + (f"compilation pays for itself after about {pays_after:,.0f} steps" if pays_after else "it does not pay")
     )
+    if args.generation:
+        generation(args.new_tokens, args.rounds)
+
+
+def generation(new_tokens: int, rounds: int) -> None:
+    """Greedy decoding, eager against ``torch.compile(dynamic=True)``, alternating; one Markdown table."""
+    import torch
+
+    from alilama_core import build_model, preset
+    from alilama_core.engine.generation import SamplingSettings, generate
+
+    torch.manual_seed(0)
+    model = build_model(preset("essay").model).eval()
+    modes = {"eager": model, "torch.compile (dynamic=True)": torch.compile(model, dynamic=True)}
+    settings = SamplingSettings(max_new_tokens=new_tokens, temperature=0.0)
+
+    def run(m):
+        start = time.perf_counter()
+        with torch.inference_mode():
+            out = generate(m, [[1, 2, 3, 4, 5, 6, 7, 8]], settings)
+        return time.perf_counter() - start, out
+
+    first, outputs = {}, {}
+    for mode, m in modes.items():
+        first[mode], outputs[mode] = run(m)
+    times = {mode: [] for mode in modes}
+    for _ in range(rounds):
+        for mode, m in modes.items():
+            times[mode].append(run(m)[0])
+    same = len({str(o) for o in outputs.values()}) == 1
+    print(f"\n| greedy decoding, batch 1, {new_tokens} new tokens | first call (s) | tokens/s | same tokens |")
+    print("|---|---:|---:|---|")
+    for mode in modes:
+        rate = new_tokens / statistics.median(times[mode])
+        print(f"| {mode} | {first[mode]:.1f} | {rate:,.0f} | {'yes' if same else 'no'} |")
 
 
 if __name__ == "__main__":

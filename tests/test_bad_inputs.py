@@ -200,6 +200,9 @@ def _nothing_trained(ws: Path, out: str) -> None:
     assert max(json.loads(x)["step"] for x in (ws / "run" / "metrics.jsonl").read_text().splitlines()) == 6
 
 
+PREP_GIVEN = ["data", "prepare", "-i", "corpus.txt", "--val-input", "valid.txt", "--tokenizer", "tok", "--out"]
+
+
 def _val_fraction_is(value: float):
     def check(ws: Path, out: str) -> None:
         assert json.loads((ws / "data" / "meta.json").read_text())["val_fraction"] == value
@@ -602,6 +605,28 @@ CASES = [
         ["data", "prepare", "--input", "corpus.txt", "--tokenizer", "tok", "--out", "d2", "--errors", "bogus"],
         1,
         "--errors must be one of",
+    ),
+    Case(
+        "data prepare --val-input with --val-fraction",
+        [*PREP_GIVEN, "d3", "--val-fraction", "0.1"],
+        1,
+        "give one of the two",
+        check=_absent("d3"),
+    ),
+    Case(
+        "data prepare --val-input missing",
+        ["data", "prepare", "-i", "corpus.txt", "--val-input", "nope.txt", "--tokenizer", "tok", "--out", "d3"],
+        1,
+        "input 'nope.txt' does not exist",
+        check=_absent("d3"),
+    ),
+    Case(
+        "data prepare --val-input empty",
+        [*PREP_GIVEN, "d3"],
+        1,
+        "no documents found in --val-input",
+        setup=lambda ws: (ws / "valid.txt").write_text(""),
+        check=_absent("d3"),
     ),
     Case(
         "data prepare of one book",

@@ -45,6 +45,7 @@ data_app = typer.Typer(
         "alilama data prepare --input corpus.txt --tokenizer tok/ --out data/",
         "alilama data prepare -i books/ -i notes.jsonl --tokenizer tok/ -o data/",
         "alilama data prepare -i corpus.txt --tokenizer tok/ -o data/ --no-progress",
+        "alilama data prepare -i train.txt --val-input valid.txt --tokenizer t/ -o d/",
     ),
 )
 def data_prepare(
@@ -53,7 +54,16 @@ def data_prepare(
     ],
     tokenizer: Annotated[str, typer.Option("--tokenizer", help="Tokenizer folder (from `alilama tokenizer train`).")],
     out: Annotated[str, typer.Option("--out", "-o", help="Output data folder.")],
-    val_fraction: Annotated[float, typer.Option("--val-fraction", help="Share of documents for validation.")] = 0.05,
+    val_fraction: Annotated[
+        Optional[float],
+        typer.Option(
+            "--val-fraction", help="Share of documents drawn for validation [default: 0.05].", show_default=False
+        ),
+    ] = None,
+    val_input: Annotated[
+        Optional[list[str]],
+        typer.Option("--val-input", help="Validation documents (repeatable), instead of drawing them from --input."),
+    ] = None,
     field: Annotated[str, typer.Option("--field", help="JSONL / dataset field holding the text.")] = "text",
     separator: Annotated[str, typer.Option("--separator", help="Line that separates documents.")] = "<|endoftext|>",
     errors: Annotated[str, typer.Option("--errors", help="strict, or replace invalid UTF-8 with U+FFFD.")] = "strict",
@@ -73,7 +83,7 @@ def data_prepare(
     """Encode documents into memory-mapped train/val token files plus meta.json."""
     from alilama_core.app.prepare import prepare
 
-    total = sum(Path(p).stat().st_size for p in input if Path(p).is_file()) or None
+    total = sum(Path(p).stat().st_size for p in [*input, *(val_input or [])] if Path(p).is_file()) or None
     with EncodeProgress(input, total, progress) as report:
         meta = prepare(
             input,
@@ -87,6 +97,7 @@ def data_prepare(
             threads=threads,
             overwrite=overwrite,
             progress=report.update,
+            val_inputs=val_input or (),
         )
         report.finish(meta)
     for name, s in meta["splits"].items():

@@ -13,6 +13,7 @@ from rich.markup import escape
 from typer.core import TyperCommand, TyperGroup
 
 from alilama_core.contracts.errors import AlilamaError
+from alilama_core.engine.configs import PRESETS
 
 # Outside a terminal (a log file, a pipe, CI) lines are never wrapped at 80 columns: one message, one line.
 console = Console(soft_wrap=not sys.stdout.isatty())
@@ -67,7 +68,7 @@ class _Group(TyperGroup):
 
 # Shared option aliases.
 ConfigOpt = Annotated[Optional[str], typer.Option("--config", "-c", help="YAML or JSON config file.")]
-PresetOpt = Annotated[Optional[str], typer.Option("--preset", "-p", help="Named preset: essay, tiny.")]
+PresetOpt = Annotated[Optional[str], typer.Option("--preset", "-p", help=f"Named preset: {', '.join(PRESETS)}.")]
 OverridesArg = Annotated[
     Optional[list[str]],
     typer.Argument(help="Overrides as section.field=value, e.g. model.n_layers=4 model.positional=rope."),

@@ -14,6 +14,9 @@ Documents go to train or validation at random (``--val-fraction``, ``--seed``).
 When too few documents for that reach the validation split (one book, one play),
 the split is by position instead: the last ``--val-fraction`` of all tokens go
 to validation, as nanoGPT does, and ``meta.json`` says ``"split": "position"``.
+With ``--val-input`` the split is given instead: every document of ``--input``
+goes to train and every document of ``--val-input`` to validation
+(``"split": "given"``), e.g. TinyStories' own ``train.txt`` and ``valid.txt``.
 
 The output folder is written beside its final place and swapped in, locked
 against a second writer; ``overwrite`` replaces only a data folder that
@@ -23,6 +26,7 @@ Alilama wrote (see ``alilama_core.runs.outputs``).
 from __future__ import annotations
 
 import codecs
+import itertools
 import json
 import os
 import random
@@ -45,6 +49,8 @@ PIECE_CHARS = 1 << 20
 """A document longer than this is read and encoded in pieces of about this many characters."""
 BATCH_BYTES = 8 << 20
 """Text encoded per batch at most (bounds the memory of the ids in flight)."""
+DEFAULT_VAL_FRACTION = 0.05
+"""Share of documents drawn for validation when ``--val-input`` does not give them."""
 
 # -- reading documents -------------------------------------------------------------
 
@@ -257,7 +263,7 @@ def prepare(
     inputs: Sequence[str],
     tokenizer_dir: str | os.PathLike[str],
     out: str | os.PathLike[str],
-    val_fraction: float = 0.05,
+    val_fraction: float | None = None,
     field: str = "text",
     separator: str = SEPARATOR,
     errors: str = "strict",
@@ -266,34 +272,45 @@ def prepare(
     batch_documents: int = 2048,
     overwrite: bool = False,
     progress: Callable[[SplitStats], None] | None = None,
+    val_inputs: Sequence[str] = (),
 ) -> dict:
     """Encode ``inputs`` into ``out``; returns the meta dict.
 
     ``progress(done)`` is called after each batch with the documents, bytes and tokens encoded so far
     (a ``SplitStats`` of both splits together).
 
+    ``val_fraction`` (default 0.05) draws validation documents from ``inputs``; ``val_inputs``
+    gives them instead (``val_fraction`` must then be unset or 0).
+
     Every argument is checked before anything is read or written.
     """
     from alilama_core.runs.tokenizers import load_tokenizer
 
+    val_inputs = list(val_inputs)
+    if val_inputs and val_fraction:
+        raise DataError(
+            f"--val-input gives the validation documents, so --val-fraction {val_fraction} has nothing to draw; "
+            "give one of the two"
+        )
+    val_fraction = (0.0 if val_inputs else DEFAULT_VAL_FRACTION) if val_fraction is None else val_fraction
     if not 0 <= val_fraction < 1:
         raise DataError(f"--val-fraction must be in [0, 1), got {val_fraction}")
     check_errors(errors)
     if not inputs:
         raise DataError("give at least one --input")
-    for spec in inputs:
+    for spec in [*inputs, *val_inputs]:
         if not spec.startswith("hf:") and not Path(spec).exists():
             raise DataError(f"input {spec!r} does not exist")
     if not separator:
         raise DataError("--separator must not be empty")
     out = Path(out)
-    check_output(out, "data", overwrite, inputs=[*inputs, str(tokenizer_dir)])
+    check_output(out, "data", overwrite, inputs=[*inputs, *val_inputs, str(tokenizer_dir)])
     tokenizer = load_tokenizer(tokenizer_dir)
     eot = tokenizer.eot_id
     if eot is None:
         raise TokenizerError("the tokenizer has no <|endoftext|> token; train it with --special '<|endoftext|>'")
     with disk_full_guard(out, "data folder"), exclusive_lock(out, "data folder"):
-        check_output(out, "data", overwrite, inputs=[*inputs, str(tokenizer_dir)])  # again, under the lock
+        check_output(out, "data", overwrite, inputs=[*inputs, *val_inputs, str(tokenizer_dir)])  # again, locked
         with building(out, "data", "data folder") as work:
             meta = _encode_into(
                 work,
@@ -308,6 +325,7 @@ def prepare(
                 threads,
                 batch_documents,
                 progress,
+                val_inputs,
             )
         return meta
 
@@ -325,6 +343,7 @@ def _encode_into(
     threads,
     batch_documents,
     progress,
+    val_inputs=(),
 ) -> dict:
     eot = tokenizer.eot_id
     dtype = token_dtype(tokenizer.vocab_size)
@@ -352,9 +371,13 @@ def _encode_into(
             batch.clear()
 
         split = None
-        for text, last in iter_pieces(inputs, field, separator, errors):
+        given = itertools.chain(
+            ((piece, "train") for piece in iter_pieces(inputs, field, separator, errors)),
+            ((piece, "val") for piece in iter_pieces(val_inputs, field, separator, errors)),
+        )
+        for (text, last), source in given:
             if split is None:  # a new document: one draw per document, in order
-                split = "val" if rng.random() < val_fraction else "train"
+                split = source if val_inputs else "val" if rng.random() < val_fraction else "train"
             batch.append((text, split, last))
             batch_bytes += len(text)
             if last:
@@ -370,7 +393,9 @@ def _encode_into(
     documents = stats["train"].documents + stats["val"].documents
     if documents == 0:
         raise DataError(f"no documents found in {', '.join(map(str, inputs))}: the input is empty")
-    how = "documents"
+    how = "given" if val_inputs else "documents"
+    if val_inputs and stats["val"].tokens == 0:
+        raise DataError(f"no documents found in --val-input {', '.join(map(str, val_inputs))}: it is empty")
     if val_fraction > 0 and stats["val"].documents == 0:
         how = "position"  # one book, one play: nanoGPT's split
         _split_by_position(work, dtype, stats, val_fraction, tokenizer)
@@ -390,6 +415,7 @@ def _encode_into(
         "split": how,
         "seed": seed,
         "sources": [str(i) for i in inputs],
+        **({"val_sources": [str(i) for i in val_inputs]} if val_inputs else {}),
         "splits": {name: vars(s) for name, s in stats.items()},
     }
     (work / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")

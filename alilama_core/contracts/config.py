@@ -42,6 +42,13 @@ class ModelConfig:
     norm_eps: float = 1e-5
     init_std: float | None = None
     """``None``: Xavier-uniform for every matrix, as in the essay; a number: normal(0, std)."""
+    activation: str = "gelu"
+    """The MLP's nonlinearity: ``gelu`` (exact, erf; the essay's) or ``relu2`` (ReLU squared, So et al. 2021)."""
+    qk_norm: bool = False
+    """Normalise each head's queries and keys (RMSNorm with a learned gain per head dim) before positions
+    and attention, as the nanoGPT speedrun, OLMo 2 and Qwen 3 do; the essay has none."""
+    tie_embeddings: bool = True
+    """The output head shares the token embedding's weights (the essay's); ``false``: a head of its own."""
     positional_options: dict[str, Any] = field(default_factory=dict)
     """The positional scheme's own settings, e.g. ``{theta: 500000.0}`` for rope (see its ``defaults``)."""
     attention_options: dict[str, Any] = field(default_factory=dict)
@@ -71,15 +78,25 @@ class ModelConfig:
             raise ConfigError(f"model.d_model ({self.d_model}) must be divisible by model.n_heads ({self.n_heads})")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"model.dropout must be in [0, 1), got {self.dropout!r}")
+        if self.activation not in ACTIVATIONS:
+            raise ConfigError(
+                f"model.activation must be one of {', '.join(ACTIVATIONS)}, got {self.activation!r} "
+                "(e.g. model.activation=relu2)"
+            )
         check_dimensions(self)
         return self
+
+
+ACTIVATIONS = ("gelu", "relu2")
+"""``model.activation``'s values (the functions: ``alilama_core.engine.model.ACTIVATION``)."""
 
 
 def estimate_parameters(m: ModelConfig) -> int:
     """An upper estimate of ``m``'s parameter count (a learned position table included), without building it."""
     d, f = m.d_model, m.d_mlp
-    block = 4 * d * d + 2 * d * f + 4 * d + f + 4 * d  # attention, MLP, their biases, two norms
-    return m.vocab_size * d + m.n_layers * block + m.context_length * d + 2 * d
+    block = 4 * d * d + 2 * d * f + 4 * d + f + 4 * d + 2 * (d // m.n_heads)  # attention, MLP, biases, norms
+    head = 0 if m.tie_embeddings else m.vocab_size * d
+    return m.vocab_size * d + head + m.n_layers * block + m.context_length * d + 2 * d
 
 
 def check_dimensions(m: ModelConfig) -> None:

@@ -1,7 +1,8 @@
 """The Alilama GPT: a decoder-only transformer assembled from plugins.
 
 Token embedding -> N x [x + Attn(LN(x)), x + MLP(LN(x))] -> LN -> head tied to
-the embedding. Position information comes from a ``PositionalScheme`` plugin
+the embedding (``tie_embeddings``). The MLP's nonlinearity (``activation``: GELU or
+ReLU²) and a per-head query/key RMSNorm (``qk_norm``) are model settings too. Position information comes from a ``PositionalScheme`` plugin
 (ALiBi, RoPE, learned, none), the attention math from an ``AttentionBackend``
 plugin (eager, sdpa, flex, flash). With the ``essay`` preset this is the ~2M
 parameter ALiBi model of "The Transformer as a Differentiable Computer".
@@ -11,9 +12,13 @@ References:
 - Radford et al., "Language Models are Unsupervised Multitask Learners" (GPT-2), 2019: pre-norm blocks
 - Press et al., "Train Short, Test Long" (ALiBi), 2022 (arXiv:2108.12409)
 - Glorot & Bengio, "Understanding the difficulty of training deep feedforward networks", 2010 (Xavier init)
+- So et al., "Primer: Searching for Efficient Transformers for Language Modeling", 2021 (arXiv:2109.08668): ReLU²
+- Henry et al., "Query-Key Normalization for Transformers", 2020 (arXiv:2010.04245): QK-norm
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -157,6 +162,9 @@ class CausalSelfAttention(nn.Module):
         self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=config.bias)
         self.proj = nn.Linear(config.d_model, config.d_model, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
+        if config.qk_norm:  # one gain per head dim, shared by the heads (as OLMo 2 and Qwen 3 do)
+            self.q_norm = nn.RMSNorm(config.head_dim, eps=config.norm_eps)
+            self.k_norm = nn.RMSNorm(config.head_dim, eps=config.norm_eps)
         # The scheme and backend are shared by all layers; keep them out of this module's parameters.
         self._shared = [positional, backend]
 
@@ -175,6 +183,8 @@ class CausalSelfAttention(nn.Module):
         q = q.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)  # (B, H, T, D)
         k = k.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)  # (B, H, T, D)
         v = v.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)  # (B, H, T, D)
+        if hasattr(self, "q_norm"):
+            q, k = self.q_norm(q), self.k_norm(k)  # each head's vectors, before positions and the cache
         if positional.kind == "rotary":
             q, k = positional.rotate(q, positions), positional.rotate(k, positions)
         if cache is not None:
@@ -225,15 +235,25 @@ def _resolve(
     return _Attention(chosen.fn, bias, chosen.shared_bias)
 
 
+def relu2(x: Tensor) -> Tensor:
+    """ReLU squared (Primer): ``max(x, 0)²``."""
+    return F.relu(x).square()
+
+
+ACTIVATION: dict[str, Callable[[Tensor], Tensor]] = {"gelu": F.gelu, "relu2": relu2}
+"""``model.activation`` by name: exact (erf) GELU, or ReLU²."""
+
+
 class MLP(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         self.fc = nn.Linear(config.d_model, config.d_mlp, bias=config.bias)
         self.proj = nn.Linear(config.d_mlp, config.d_model, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
+        self.act = ACTIVATION[config.activation]
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.dropout(self.proj(F.gelu(self.fc(x))))  # (B, T, C)
+        return self.dropout(self.proj(self.act(self.fc(x))))  # (B, T, C)
 
 
 class Block(nn.Module):
@@ -271,11 +291,12 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(Block(config, self.positional, self.backend) for _ in range(config.n_layers))
         self.ln_f = nn.LayerNorm(config.d_model, eps=config.norm_eps, bias=config.norm_bias)
         self.head = nn.Linear(config.d_model, config.vocab_size, bias=False)
-        self.head.weight = self.tok_emb.weight  # weight tying
+        if config.tie_embeddings:
+            self.head.weight = self.tok_emb.weight  # weight tying
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Xavier-uniform matrices (or normal(0, init_std)), zero biases, unit norms."""
+        """Xavier-uniform matrices (or normal(0, init_std)), zero biases, unit norms and gains."""
         for name, p in self.named_parameters():
             if name.startswith("positional."):
                 continue

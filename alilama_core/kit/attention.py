@@ -130,6 +130,11 @@ def attention_checks(
     def inexact(config) -> Callable[[], None]:
         return lambda: _check_inexact(what, config, name, options, info.padding)
 
+    if runs:  # the model's architecture settings around the backend, with one scheme it takes
+        scheme = next((s for s, (_, skip) in runs.items() if skip is None), next(iter(runs)))
+        config, skip = runs[scheme]
+        runs[f"{scheme} with {ARCHITECTURE_LABEL}"] = (_replace(config, **ARCHITECTURE_OPTIONS), skip)
+
     checks = []
     for scheme, (config, skip) in runs.items():
         if info.exact:
@@ -139,6 +144,11 @@ def attention_checks(
             fn = inexact(config)
         checks.append(Check("attention", name, label, _scoped(scope, fn), skip=skip, gap=(known_gaps or {}).get(label)))
     return checks
+
+
+ARCHITECTURE_OPTIONS = {"qk_norm": True, "activation": "relu2", "tie_embeddings": False}
+"""The model settings that are not the essay's (``ModelConfig``), checked together around every backend."""
+ARCHITECTURE_LABEL = "qk_norm, relu2, untied head"
 
 
 def _check_inexact(what: str, config, backend: str, options: dict[str, Any] | None, padding: bool) -> None:

@@ -11,8 +11,9 @@ A run folder (litgpt-like)::
     RUN/metrics.jsonl          one JSON object per logged step
     RUN/.alilama-output        marks the folder as an Alilama run (see ``alilama_core.outputs``)
 
-Weights are safetensors (never pickle). The head is tied to the embedding, so
-only ``tok_emb.weight`` is stored and the tie is restored on load.
+Weights are safetensors (never pickle). A head tied to the embedding (``model.tie_embeddings``,
+the default) is stored once, as ``tok_emb.weight``, and the tie is restored on load; an untied
+head is stored as ``head.weight``.
 
 Integrity: ``run.json`` records the SHA-256 of the run's tokenizer files and of
 every checkpoint's ``model.safetensors`` (each checkpoint's ``state.json`` holds
@@ -49,7 +50,7 @@ from alilama_core.runs.tokenizers import load_tokenizer, tokenizer_hash
 
 # The run folder's names, here once: the readers below and the writer (``runs.writer``) use them.
 WEIGHTS = "model.safetensors"
-TIED = ("head.weight",)
+TIED = ("head.weight",)  # the names a tied model does not store (``tied_names``)
 RUN_JSON = "run.json"
 CONFIG = "config.yaml"
 TOKENIZER = "tokenizer"
@@ -70,11 +71,17 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
     return digest.hexdigest()
 
 
+def tied_names(model) -> tuple[str, ...]:
+    """The weights of ``model`` that are another weight's copy, hence not stored: the tied head, if tied."""
+    return TIED if model.head.weight is model.tok_emb.weight else ()
+
+
 def save_weights(model, directory: str | os.PathLike[str], metadata: dict[str, str] | None = None) -> Path:
     """Write ``model.safetensors`` into ``directory`` atomically (tied head left out)."""
     from safetensors.torch import save
 
-    state = {k: v.detach().contiguous() for k, v in model.state_dict().items() if k not in TIED}
+    tied = tied_names(model)
+    state = {k: v.detach().contiguous() for k, v in model.state_dict().items() if k not in tied}
     path = Path(directory) / WEIGHTS
     with atomic_open(path, "wb") as f:
         f.write(save(state, metadata={"format": "pt", **(metadata or {})}))
@@ -107,7 +114,8 @@ def load_weights(model, directory: str | os.PathLike[str], sha256: str | None = 
             f"{str(path)!r} is corrupt or truncated ({exc}); delete it or pick another checkpoint"
         ) from exc
     expected = model.state_dict()
-    missing = [k for k in expected if k not in state and k not in TIED]
+    tied = tied_names(model)
+    missing = [k for k in expected if k not in state and k not in tied]
     unexpected = [k for k in state if k not in expected]
     wrong = [
         (k, tuple(state[k].shape), tuple(expected[k].shape))

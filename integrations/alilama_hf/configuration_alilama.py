@@ -19,6 +19,8 @@ except ImportError:  # transformers 4.x
     from transformers import PretrainedConfig as PreTrainedConfig
 
 POSITIONAL_SCHEMES = ("alibi", "rope", "learned", "nope")
+ACTIVATIONS = ("gelu", "relu2")
+"""The MLP's nonlinearities (Alilama's ``alilama_core.contracts.config.ACTIVATIONS``, repeated: this file runs without it)."""
 DIMENSION_LIMITS = {
     "vocab_size": 1 << 24,
     "d_model": 1 << 16,
@@ -30,7 +32,7 @@ DIMENSION_LIMITS = {
 """Largest value of each dimension (Alilama's own ``alilama_core.contracts.limits``, repeated: this file runs without it)."""
 
 
-def _check_dimensions(**dims: int) -> None:
+def _check_dimensions(untied_head: bool = False, **dims: int) -> None:
     """Refuse dimensions that are not positive integers within ``DIMENSION_LIMITS``, and models whose
     float32 weights alone exceed this machine's memory, before any layer is built."""
     import os
@@ -44,7 +46,9 @@ def _check_dimensions(**dims: int) -> None:
             )
     d, f = dims["d_model"], dims["d_mlp"]
     parameters = (
-        dims["vocab_size"] * d + dims["n_layers"] * (4 * d * d + 2 * d * f + 9 * d + f) + dims["context_length"] * d
+        dims["vocab_size"] * d * (2 if untied_head else 1)
+        + dims["n_layers"] * (4 * d * d + 2 * d * f + 9 * d + f)
+        + dims["context_length"] * d
     )
     try:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -68,7 +72,13 @@ class AlilamaConfig(PreTrainedConfig):
     built-in scheme, ``alibi``, ``rope``, ``learned`` or ``nope``: in-process
     its class comes from the installed plugin. ``attention`` records the training backend; here
     attention follows ``attn_implementation`` (``"sdpa"`` by default).
-    The output head is always tied to the token embedding.
+
+    ``activation`` is the MLP's nonlinearity (``"gelu"``, exact, or ``"relu2"``,
+    ``relu(x)**2``); ``qk_norm`` normalises each head's queries and keys with an
+    RMSNorm over the head dim (``norm_eps``) before positions and the cache;
+    ``tie_word_embeddings`` (Alilama's ``tie_embeddings``) ties the output head to
+    the token embedding, else ``lm_head`` is a weight of its own. A config written
+    before these settings existed has none of them: GELU, no QK-norm, a tied head.
 
     ``context_length`` (alias ``max_position_embeddings``) is the training
     context. For learned positions it is a hard limit (the table's size); for
@@ -103,6 +113,8 @@ class AlilamaConfig(PreTrainedConfig):
         norm_eps: float = 1e-5,
         rope_theta: float = 10000.0,
         init_std: float | None = None,
+        activation: str = "gelu",
+        qk_norm: bool = False,
         positional_module: str | None = None,
         positional_class: str | None = None,
         positional_options: dict | None = None,
@@ -119,7 +131,10 @@ class AlilamaConfig(PreTrainedConfig):
                 "scheme needs positional_module and positional_class (its standalone module, written by "
                 "`alilama export hf`)"
             )
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
         _check_dimensions(
+            untied_head=not tie_word_embeddings,
             vocab_size=vocab_size,
             d_model=d_model,
             n_layers=n_layers,
@@ -147,6 +162,8 @@ class AlilamaConfig(PreTrainedConfig):
         self.norm_eps = norm_eps
         self.rope_theta = rope_theta
         self.init_std = init_std
+        self.activation = activation
+        self.qk_norm = bool(qk_norm)
         self.positional_module = positional_module
         self.positional_class = positional_class
         self.positional_options = dict(positional_options or {})

@@ -19,7 +19,7 @@ backend that declares ``exact=False`` (a sliding window) is refused by name.
 The folder::
 
     OUT/config.json               the architecture's config (remote code: auto_map to the copied code)
-    OUT/model.safetensors         weights under transformers names; the tied head is not stored
+    OUT/model.safetensors         weights under transformers names; a tied head is not stored
     OUT/generation_config.json    bos/eos/pad ids
     OUT/configuration_alilama.py  remote code only
     OUT/modeling_alilama.py       remote code only
@@ -93,31 +93,36 @@ _PREFIXES = (  # (Alilama, transformers) name prefixes
     ("positional.", "model.positional."),
     ("blocks.", "model.layers."),
     ("ln_f.", "model.norm."),
+    ("head.", "lm_head."),
 )
 _TIED = {"head.weight", "lm_head.weight"}
+"""The head's names on both sides: the copy of the token embedding a tied model does not store."""
 
 
-def to_hf_state_dict(state: dict[str, Any]) -> dict[str, Any]:
-    """Alilama ``GPT`` state dict to ``AlilamaForCausalLM`` names; the tied head is left out.
+def to_hf_state_dict(state: dict[str, Any], tied: bool = True) -> dict[str, Any]:
+    """Alilama ``GPT`` state dict to ``AlilamaForCausalLM`` names; a ``tied`` head is left out.
 
-    The scheme's weights (``positional.*``) keep their names under ``model.positional``.
+    The scheme's weights (``positional.*``) keep their names under ``model.positional``;
+    an untied head (``tie_embeddings=False``) is ``lm_head.weight``.
 
     >>> sorted(to_hf_state_dict({"tok_emb.weight": 0, "head.weight": 0, "blocks.0.attn.qkv.bias": 1}))
     ['model.embed_tokens.weight', 'model.layers.0.attn.qkv.bias']
+    >>> sorted(to_hf_state_dict({"tok_emb.weight": 0, "head.weight": 0}, tied=False))
+    ['lm_head.weight', 'model.embed_tokens.weight']
     """
-    return _rename(state, _PREFIXES)
+    return _rename(state, _PREFIXES, tied)
 
 
-def from_hf_state_dict(state: dict[str, Any]) -> dict[str, Any]:
-    """``AlilamaForCausalLM`` (or ``AlilamaModel``) state dict back to Alilama ``GPT`` names."""
+def from_hf_state_dict(state: dict[str, Any], tied: bool = True) -> dict[str, Any]:
+    """``AlilamaForCausalLM`` (or ``AlilamaModel``) state dict back to Alilama ``GPT`` names (``tied``: no head)."""
     state = {k if k.startswith(("model.", "lm_head.")) else f"model.{k}": v for k, v in state.items()}
-    return _rename(state, tuple((b, a) for a, b in _PREFIXES))
+    return _rename(state, tuple((b, a) for a, b in _PREFIXES), tied)
 
 
-def _rename(state: dict[str, Any], prefixes) -> dict[str, Any]:
+def _rename(state: dict[str, Any], prefixes, tied: bool) -> dict[str, Any]:
     out = {}
     for key, value in state.items():
-        if key in _TIED:
+        if tied and key in _TIED:
             continue
         for old, new in prefixes:
             if key.startswith(old):
@@ -180,6 +185,7 @@ def hf_config(model_config, tokenizer=None, **extra):
 
     fields = asdict(model_config)
     fields.pop("attention_options", None)  # how attention is computed, not what
+    fields["tie_word_embeddings"] = fields.pop("tie_embeddings", True)  # transformers' name
     fields["rope_theta"] = model_config.rope_theta  # rope's theta, from model.positional_options
     if "positional_module" not in extra:
         name, cls_name, _ = plugin_module(fields["positional"])
@@ -199,12 +205,14 @@ def hf_model(model, tokenizer=None):
     config._attn_implementation = "sdpa"
     with torch.device("cpu"):
         hf = AlilamaForCausalLM(config)
+    tied = config.tie_word_embeddings
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    missing, unexpected = hf.load_state_dict(to_hf_state_dict(state), strict=False)
-    missing = [k for k in missing if k != "lm_head.weight"]
+    missing, unexpected = hf.load_state_dict(to_hf_state_dict(state, tied), strict=False)
+    missing = [k for k in missing if not (tied and k == "lm_head.weight")]
     if missing or unexpected:
         raise AlilamaError(f"weights do not match the Hugging Face model: missing {missing}, unexpected {unexpected}")
-    hf.tie_weights()
+    if tied:
+        hf.tie_weights()
     return hf.eval()
 
 
@@ -396,10 +404,11 @@ def _write_export(
         model.config.architectures = ["AlilamaForCausalLM"]
     _save_quietly(model, out)
     if chosen == "remote-code":
-        # what a fresh machine needs: the code's auto_map, its class, the tied head
+        # what a fresh machine needs: the code's auto_map, its class, whether the head is tied
+        tied = loaded.config.model.tie_embeddings
         _merge_config_json(
             out / "config.json",
-            {"auto_map": dict(AUTO_MAP), "architectures": ["AlilamaForCausalLM"], "tie_word_embeddings": True},
+            {"auto_map": dict(AUTO_MAP), "architectures": ["AlilamaForCausalLM"], "tie_word_embeddings": tied},
         )
         for name in CODE_FILES:
             shutil.copyfile(HERE / name, out / name)
@@ -758,13 +767,17 @@ def model_card(
         "",
         "| | |",
         "|---|---|",
-        f"| parameters | {parameters:,} (head tied to the token embedding) |",
+        f"| parameters | {parameters:,} ("
+        + ("head tied to the token embedding" if m.tie_embeddings else "a head of its own, not tied")
+        + ") |",
         f"| layers | {m.n_layers} pre-norm blocks (LayerNorm, eps {m.norm_eps:g}"
         + ("" if getattr(m, "norm_bias", True) else ", no bias")
         + ") |",
         f"| model width | {m.d_model} |",
-        f"| attention heads | {m.n_heads} x {m.d_model // m.n_heads} |",
-        f"| MLP | {m.d_mlp}, exact GELU |",
+        f"| attention heads | {m.n_heads} x {m.d_model // m.n_heads}"
+        + (", queries and keys RMS-normalised per head" if m.qk_norm else "")
+        + " |",
+        f"| MLP | {m.d_mlp}, {_ACTIVATION_NAMES[m.activation]} |",
         f"| training context | {m.context_length} tokens |",
         f"| vocabulary | {m.vocab_size} (byte-level BPE) |",
         f"| positions | {m.positional} |",
@@ -825,6 +838,10 @@ def model_card(
         ]
     lines += ['With Alilama: `alilama generate RUN --prompt "Once upon a time"`.', ""]
     return "\n".join(lines)
+
+
+_ACTIVATION_NAMES = {"gelu": "exact GELU", "relu2": "ReLU² (relu(x)**2)"}
+"""``model.activation`` (``alilama_core.contracts.config.ACTIVATIONS``) as the model card writes it."""
 
 
 def _params(n: int) -> str:

@@ -20,9 +20,15 @@ All three take every Alilama weight under one layout: LayerNorm with weight and
 bias (a model without norm or linear biases gets zeros), the attention's ``[q | k |
 v]`` fused projection and the MLP's up and down projections as ``(out, in)``
 matrices, the output head tied to the token embedding (``gptneox`` needs its own
-``output`` tensor: a copy). So one table maps Alilama's weight names onto
-llama.cpp's tensor kinds (``gguf.MODEL_TENSOR``), and ``gguf.TENSOR_NAMES`` names
-them.
+``output`` tensor: a copy) or, untied (``tie_embeddings=False``), the ``output``
+tensor, which ``mpt`` and ``gpt2`` load when present. So one table maps Alilama's
+weight names onto llama.cpp's tensor kinds (``gguf.MODEL_TENSOR``), and
+``gguf.TENSOR_NAMES`` names them.
+
+What none of the three computes, hence refused by name (``gguf_reason``): ReLU²
+(``activation = relu2``: their MLPs are ``LLM_FFN_GELU``, fixed) and a per-head
+query/key RMSNorm (``qk_norm``: gpt2 and gptneox have none; mpt's optional Q/K
+norm is a LayerNorm over all heads at once). ``export hf`` keeps such models.
 
 What llama.cpp computes differently, measured in ``tests/hf/test_gguf.py``: its
 GELU is the tanh approximation, looked up in a table of float16 inputs, where
@@ -89,6 +95,7 @@ def _tensor_kinds():
         "ln_mlp": T.FFN_NORM,
         "mlp.fc": T.FFN_UP,
         "mlp.proj": T.FFN_DOWN,
+        "head": T.OUTPUT,  # untied only: a tied head is the token embedding (``tied_names``)
     }
 
 
@@ -110,6 +117,16 @@ def gguf_reason(model) -> str | None:
     extra = set(m.positional_options or {}) - ({"theta"} if m.positional == "rope" else set())
     if extra:
         return f"llama.cpp's {arch} has no setting for positional_options {sorted(extra)}"
+    if m.activation != "gelu":
+        return (
+            f"llama.cpp's {arch} computes its MLP with GELU only (mpt, gpt2 and gptneox all do); "
+            f"this model's activation is {m.activation!r}"
+        )
+    if m.qk_norm:
+        return (
+            f"llama.cpp's {arch} has no per-head query/key RMSNorm (model.qk_norm=true); "
+            "mpt's optional Q/K norm is a LayerNorm over all heads, gpt2 and gptneox have none"
+        )
     if m.positional == "alibi":
         ours = model.positional.slopes().cpu()
         if not torch.allclose(ours, llama_cpp_alibi_slopes(m.n_heads), rtol=0, atol=1e-7):
@@ -135,8 +152,11 @@ def gguf_tensors(model) -> dict[str, torch.Tensor]:
     from gguf import MODEL_TENSOR as T
     from gguf import TENSOR_NAMES
 
+    from alilama_core.runs.checkpoint import tied_names
+
     m = model.config
-    state = {k: v.detach().float().cpu() for k, v in model.state_dict().items()}
+    tied = tied_names(model)
+    state = {k: v.detach().float().cpu() for k, v in model.state_dict().items() if k not in tied}
     out: dict[str, torch.Tensor] = {}
     for name, value in state.items():
         kind = _kind_of(name)
@@ -145,9 +165,9 @@ def gguf_tensors(model) -> dict[str, torch.Tensor]:
         tensor, block, part = kind
         out[TENSOR_NAMES[tensor].format(bid=block) + "." + part] = value
     for name, value in list(out.items()):  # biases the model was trained without
-        if name.endswith(".weight") and not name.startswith(("token_embd", "position_embd")):
+        if name.endswith(".weight") and not name.startswith(("token_embd", "position_embd", "output.")):
             out.setdefault(name[: -len("weight")] + "bias", torch.zeros(value.shape[0]))
-    if ARCHITECTURES[m.positional] == "gptneox":  # it has no tied head: the embedding, again
+    if tied and ARCHITECTURES[m.positional] == "gptneox":  # it has no tied head: the embedding, again
         out[TENSOR_NAMES[T.OUTPUT] + ".weight"] = out[TENSOR_NAMES[T.TOKEN_EMBD] + ".weight"].clone()
     return out
 

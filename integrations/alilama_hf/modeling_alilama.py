@@ -2,7 +2,10 @@
 
 The same math as ``alilama_core.engine.model``: token embedding (+ the
 positions of an embedding scheme) -> N x [x + Attn(LN(x)), x + MLP(LN(x))] ->
-LN -> head tied to the embedding; exact GELU. Every positional scheme, the
+LN -> head, tied to the embedding unless ``tie_word_embeddings`` is false; the
+MLP's nonlinearity is ``config.activation`` (exact GELU or ReLU²); with
+``config.qk_norm`` each head's queries and keys pass an RMSNorm over the head
+dim (one gain per dim, shared by the heads) before positions and the cache. Every positional scheme, the
 built-in ALiBi, RoPE, learned table and NoPE as much as a plugin's, runs from
 its standalone module (``PositionalScheme.export_source()``): as remote code,
 the one the export copied beside this file (``config.positional_module``);
@@ -26,8 +29,8 @@ torch, transformers and its siblings ``configuration_alilama`` and
 
 Weight names (Alilama -> here): ``tok_emb`` -> ``model.embed_tokens``,
 ``positional.*`` -> ``model.positional.*``, ``blocks.i.*`` ->
-``model.layers.i.*``, ``ln_f`` -> ``model.norm``; ``lm_head`` is tied to
-``model.embed_tokens``.
+``model.layers.i.*``, ``ln_f`` -> ``model.norm``, ``head`` -> ``lm_head``
+(stored only when untied; tied, it is ``model.embed_tokens``).
 """
 
 from __future__ import annotations
@@ -220,6 +223,16 @@ def flash_alibi_attention_forward(
     return out, None  # (B, T, H, D)
 
 
+def relu2(x: Tensor) -> Tensor:
+    """ReLU² (So et al., 2021): ``relu(x) ** 2``."""
+    return F.relu(x).square()
+
+
+ACTIVATION: dict[str, Callable[[Tensor], Tensor]] = {"gelu": F.gelu, "relu2": relu2}
+"""``config.activation`` -> the MLP's nonlinearity (``F.gelu`` is the exact, erf GELU)."""
+_RMS_NORM = getattr(nn, "RMSNorm", ())  # torch >= 2.4; only ``qk_norm`` models build one
+
+
 class AlilamaAttention(nn.Module):
     def __init__(self, config: AlilamaConfig, layer_idx: int):
         super().__init__()
@@ -232,6 +245,9 @@ class AlilamaAttention(nn.Module):
         self.qkv = nn.Linear(config.d_model, 3 * config.d_model, bias=config.bias)
         self.proj = nn.Linear(config.d_model, config.d_model, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
+        if config.qk_norm:  # one gain per head dim, shared by the heads
+            self.q_norm = nn.RMSNorm(self.head_dim, eps=config.norm_eps)
+            self.k_norm = nn.RMSNorm(self.head_dim, eps=config.norm_eps)
 
     def forward(self, x: Tensor, attn: "_AttentionInputs", cache: Cache | None = None) -> tuple[Tensor, Tensor | None]:
         B, T, C = x.shape
@@ -239,6 +255,8 @@ class AlilamaAttention(nn.Module):
         q = q.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, D)
         k = k.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, D)
         v = v.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+        if self.config.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)  # each head's vectors, before positions and the cache
         if attn.rotary is not None:
             q, k = attn.rotary.rotate(q, attn.positions), attn.rotary.rotate(k, attn.positions)
         if cache is not None:
@@ -258,9 +276,10 @@ class AlilamaMLP(nn.Module):
         self.fc = nn.Linear(config.d_model, config.d_mlp, bias=config.bias)
         self.proj = nn.Linear(config.d_mlp, config.d_model, bias=config.bias)
         self.dropout = nn.Dropout(config.dropout)
+        self.act = ACTIVATION[config.activation]
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.dropout(self.proj(F.gelu(self.fc(x))))  # (B, T, C), exact GELU
+        return self.dropout(self.proj(self.act(self.fc(x))))  # (B, T, C)
 
 
 def _layer_norm(config: AlilamaConfig) -> nn.LayerNorm:
@@ -447,6 +466,8 @@ class AlilamaPreTrainedModel(PreTrainedModel):
             fn.ones_(module.weight)
             if module.bias is not None:
                 fn.zeros_(module.bias)
+        elif isinstance(module, _RMS_NORM):
+            fn.ones_(module.weight)
 
 
 def _copy(buffer: Tensor, value: Tensor) -> None:
@@ -639,7 +660,7 @@ def _dynamic_cache(config: AlilamaConfig) -> Cache:
 
 
 class AlilamaForCausalLM(AlilamaPreTrainedModel, GenerationMixin):
-    """``AlilamaModel`` with the output head tied to the token embedding."""
+    """``AlilamaModel`` with the output head, tied to the token embedding unless ``tie_word_embeddings`` is false."""
 
     _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
 

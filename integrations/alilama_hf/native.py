@@ -4,17 +4,35 @@
 Alilama       transformers                    when
 ============  ==============================  =====================================
 ALiBi         ``MptForCausalLM``              no linear and no norm biases,
-                                              ``d_mlp = 4 * d_model``, dropout 0
+                                              ``d_mlp = 4 * d_model``, dropout 0,
+                                              ``activation = gelu``
 learned       ``GPT2LMHeadModel``             always (missing biases are zeros)
 RoPE          ``GPTNeoXForCausalLM``          always (rotary on all dims,
-                                              sequential residual, tied head)
+                                              sequential residual)
 ============  ==============================  =====================================
 
-What was checked, detail by detail (transformers 4.57 and 5; tests/hf/test_reader_versions.py):
+The model settings, in every architecture above:
 
-- Activation: Alilama uses exact GELU. MPT's MLP is ``nn.GELU(approximate="none")``;
-  GPT-2 and GPT-NeoX take ``activation_function`` / ``hidden_act`` ``"gelu"``
+==================  =====================================  ==========================
+setting             GPT-2 / GPT-NeoX                       MPT
+==================  =====================================  ==========================
+``activation``      ``gelu`` and ``relu2``                 ``gelu`` only
+``tie_embeddings``  true and false                         true and false
+``qk_norm``         false only (no per-head query/key      false only
+                    RMSNorm in any of the three)
+==================  =====================================  ==========================
+
+A model outside these is exported as remote code (``choose_format``), with the
+reason ``native_reason`` gives.
+
+What was checked, detail by detail (transformers 4.57 and 5; tests/hf/test_reader_versions.py and,
+for the model settings, tests/hf/test_architecture_options.py):
+
+- Activation: Alilama's ``gelu`` is exact GELU. MPT's MLP is ``nn.GELU(approximate="none")``,
+  fixed; GPT-2 and GPT-NeoX take ``activation_function`` / ``hidden_act`` ``"gelu"``
   (exact; GPT-2's default ``"gelu_new"`` is the tanh approximation, so it is set).
+  ``relu2`` is ``ACT2FN["relu2"]`` (``ReLUSquaredActivation``: ``square(relu(x))``,
+  bit-for-bit Alilama's in 4.57 and 5).
 - Norms: LayerNorm with ``norm_eps`` everywhere (``layer_norm_epsilon`` /
   ``layer_norm_eps``). MPT's LayerNorms have no bias, hence the condition.
 - Heads: Alilama splits ``qkv`` as ``[q | k | v]``, each ``(H, D)`` head-major.
@@ -34,7 +52,12 @@ What was checked, detail by detail (transformers 4.57 and 5; tests/hf/test_reade
 - Rotary: Alilama pairs the first half of a head with the second half
   (``rotate_half``), as GPT-NeoX does, on all dims (``partial_rotary_factor``
   1.0), ``rope_theta`` kept.
-- Head: tied to the token embedding in all three (``tie_word_embeddings``).
+- Head: tied to the token embedding (``tie_word_embeddings``), or, untied, a
+  weight of its own: ``lm_head.weight`` (MPT, GPT-2) or ``embed_out.weight``
+  (GPT-NeoX; transformers 5 builds it as ``lm_head`` and reads and writes it as
+  ``embed_out``). All three honour ``tie_word_embeddings=False`` in 4.57 and 5.
+- Query/key RMSNorm (``qk_norm``): none of the three has one (MPT's config has a
+  ``qk_ln`` flag, which transformers' MPT ignores), so it is a ``native_reason``.
 """
 
 from __future__ import annotations
@@ -52,12 +75,26 @@ ALIBI_TABLE = 8192
 ARCHITECTURES = {"alibi": "mpt", "learned": "gpt2", "rope": "gpt_neox"}
 
 
+HEADS = {"mpt": "lm_head.weight", "gpt2": "lm_head.weight", "gpt_neox": "embed_out.weight"}
+"""Each architecture's output head in its checkpoints, stored for an untied model only. transformers 5
+builds GPT-NeoX's as ``lm_head``, reading and writing it as ``embed_out``; 4.x has ``embed_out`` only."""
+ACT2FN_NAMES = {"gelu": "gelu", "relu2": "relu2"}
+"""``model.activation`` -> the ``ACT2FN`` name GPT-2 and GPT-NeoX take (``"gelu"`` is the exact one)."""
+
+
 def native_reason(m) -> str | None:
     """``None`` when ``m`` (a ``ModelConfig``) maps exactly onto a transformers architecture, else why not."""
     arch = ARCHITECTURES.get(m.positional)
     if arch is None:
         return f"positional scheme {m.positional!r} has no transformers architecture (alibi, learned and rope do)"
+    if m.qk_norm:
+        return (
+            "this model normalises each head's queries and keys (model.qk_norm=true); "
+            f"transformers' {describe(m)['class']} has no per-head query/key RMSNorm"
+        )
     if arch == "mpt":
+        if m.activation != "gelu":
+            return f"MPT's MLP is exact GELU; this model's activation is {m.activation!r}"
         if m.bias or getattr(m, "norm_bias", True):
             return (
                 "MPT has no linear or norm biases; this ALiBi model has "
@@ -73,7 +110,7 @@ def native_reason(m) -> str | None:
 
 def native_config(m, eot: int | None):
     """The transformers config of the architecture ``m`` maps onto (``native_reason(m)`` must be ``None``)."""
-    ids = dict(bos_token_id=eot, eos_token_id=eot, pad_token_id=eot, tie_word_embeddings=True)
+    ids = dict(bos_token_id=eot, eos_token_id=eot, pad_token_id=eot, tie_word_embeddings=m.tie_embeddings)
     arch = ARCHITECTURES[m.positional]
     if arch == "mpt":
         from transformers import MptConfig
@@ -105,7 +142,7 @@ def native_config(m, eot: int | None):
             n_layer=m.n_layers,
             n_head=m.n_heads,
             n_inner=m.d_mlp,
-            activation_function="gelu",
+            activation_function=ACT2FN_NAMES[m.activation],
             resid_pdrop=m.dropout,
             embd_pdrop=m.dropout,
             attn_pdrop=0.0,
@@ -124,7 +161,7 @@ def native_config(m, eot: int | None):
         num_hidden_layers=m.n_layers,
         num_attention_heads=m.n_heads,
         intermediate_size=m.d_mlp,
-        hidden_act="gelu",
+        hidden_act=ACT2FN_NAMES[m.activation],
         rope_parameters={"rope_type": "default", "rope_theta": float(m.rope_theta), "partial_rotary_factor": 1.0},
         attention_dropout=0.0,
         hidden_dropout=m.dropout,
@@ -237,6 +274,8 @@ def native_state_dict(m, state: dict[str, Tensor]) -> dict[str, Tensor]:
             out[f"{b}.mlp.dense_4h_to_h.weight"] = state[f"{a}.mlp.proj.weight"]
             out[f"{b}.mlp.dense_4h_to_h.bias"] = get(f"{a}.mlp.proj.bias", (d,))
         norm("ln_f", "gpt_neox.final_layer_norm")
+    if not m.tie_embeddings:
+        out[HEADS[arch]] = state["head.weight"]
     return {k: v.detach().cpu().contiguous() for k, v in out.items()}
 
 
@@ -253,12 +292,23 @@ def native_model(model, eot: int | None):
     with torch.device("cpu"):
         hf = AutoModelForCausalLM.from_config(config)
     state = native_state_dict(m, {k: v for k, v in model.state_dict().items()})
+    head = _head_name(hf)
+    tied = m.tie_embeddings
+    if not tied:
+        state[head] = state.pop(HEADS[ARCHITECTURES[m.positional]])
     missing, unexpected = hf.load_state_dict(state, strict=False)
-    missing = [k for k in missing if k != "lm_head.weight"]
+    missing = [k for k in missing if not (tied and k == head)]
     if missing or unexpected:
         raise AlilamaError(f"weights do not match {type(hf).__name__}: missing {missing}, unexpected {unexpected}")
-    hf.tie_weights()
+    if tied:
+        hf.tie_weights()
     return hf.eval()
+
+
+def _head_name(hf) -> str:
+    """The name of ``hf``'s output head weight in this transformers (GPT-NeoX: ``embed_out`` in 4.x, ``lm_head`` in 5)."""
+    head = hf.get_output_embeddings()
+    return next(name for name, module in hf.named_modules() if module is head) + ".weight"
 
 
 def probe_ids(m, n: int = 48, rows: int = 2) -> Tensor:

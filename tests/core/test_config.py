@@ -159,3 +159,11 @@ def test_unknown_plugin_settings_name_the_key(override, words):
 def test_plugin_settings_must_be_a_mapping():
     with pytest.raises(ConfigError, match="positional_options must be a mapping"):
         cfgmod.from_dict(cfgmod.Config, {"model": {"positional_options": [1, 2]}})
+
+
+def test_the_fast_preset_is_the_essays_model_with_another_recipe():
+    """``fast`` changes the training recipe only: the essay's model, so it exports wherever the essay's does."""
+    essay, fast = cfgmod.flat(cfgmod.preset("essay")), cfgmod.flat(cfgmod.preset("fast"))
+    changed = {k for k, v in fast.items() if essay[k] != v}
+    assert changed == {"train.optimizer", "train.schedule", "train.lr", "train.min_lr"}
+    assert fast["train.optimizer"] == "muon" and fast["train.schedule"] == "wsd"

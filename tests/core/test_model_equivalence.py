@@ -24,6 +24,11 @@ def _trains_here(backend: str) -> bool:
 @pytest.mark.parametrize("positional", SCHEMES)
 def test_logits_and_gradients_match_eager(positional, backend, T):
     ref, other = twin_models(positional, backend)
+    _assert_twins_agree(ref, other, backend, T)
+
+
+def _assert_twins_agree(ref, other, backend: str, T: int) -> None:
+    """Logits on ``T`` tokens and (where ``backend`` trains here) every gradient equal eager's."""
     idx = torch.randint(0, 97, (2, T), generator=torch.Generator().manual_seed(T))
     if not _trains_here(backend):
         with torch.no_grad():
@@ -139,6 +144,98 @@ def test_key_padding_mask_matches_unpadded(backend):
     assert torch.isfinite(masked).all()
     # ALiBi is relative, so real tokens see the same distances after the pad.
     assert_close(masked[:, 5:], plain, rtol=1e-4, atol=1e-5)
+
+
+# -- the architecture settings (model.qk_norm, model.activation, model.tie_embeddings) -----------------
+
+OPTIONS = {
+    "qk_norm": {"qk_norm": True},
+    "relu2": {"activation": "relu2"},
+    "untied": {"tie_embeddings": False},
+    "all three": {"qk_norm": True, "activation": "relu2", "tie_embeddings": False},
+}
+
+
+def _trained_gains(model) -> None:
+    """Move the norms' gains off 1 so a path that skips them cannot agree by chance."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("q_norm.weight", "k_norm.weight")):
+                p.uniform_(0.5, 1.5, generator=torch.Generator().manual_seed(len(name)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("positional", SCHEMES)
+@pytest.mark.parametrize("option", OPTIONS)
+def test_architecture_options_match_eager(option, positional, backend):
+    """Each setting, with every scheme and backend: logits and gradients equal eager's."""
+    ref, other = twin_models(positional, backend, **OPTIONS[option])
+    _trained_gains(ref)
+    other.load_state_dict(ref.state_dict())
+    _assert_twins_agree(ref, other, backend, 33)
+
+
+@pytest.mark.parametrize("backend", ["eager", *BACKENDS])
+@pytest.mark.parametrize("positional", SCHEMES)
+def test_architecture_options_cache_and_causality(positional, backend):
+    """All three settings: KV-cache decoding equals the full pass, and a later token never moves earlier logits."""
+    _, model = twin_models(positional, backend, **OPTIONS["all three"])
+    _trained_gains(model)
+    idx = torch.randint(0, 97, (2, 30), generator=torch.Generator().manual_seed(4))
+    changed = idx.clone()
+    changed[:, 20] = (idx[:, 20] + 1) % 97
+    with torch.no_grad():
+        full, moved = model(idx), model(changed)
+        cache = KVCache()
+        steps = [model(idx[:, :11], cache=cache)] + [model(idx[:, t : t + 1], cache=cache) for t in range(11, 30)]
+    assert_close(torch.cat(steps, dim=1), full, rtol=1e-4, atol=1e-5)
+    assert_close(moved[:, :20], full[:, :20], rtol=0, atol=0)
+    assert not torch.allclose(moved[:, 20:], full[:, 20:])
+
+
+def test_each_architecture_option_changes_the_function():
+    """The settings are computed, not ignored: each gives other logits than the essay's choice (same weights)."""
+    torch.manual_seed(0)
+    base = build_model(tiny_config())
+    idx = torch.randint(0, 97, (2, 16), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        want = base(idx)
+        for option in ("qk_norm", "relu2"):
+            other = build_model(tiny_config(**OPTIONS[option]))
+            other.load_state_dict(base.state_dict(), strict=False)
+            assert not torch.allclose(other(idx), want, atol=1e-3), option
+        untied = build_model(tiny_config(tie_embeddings=False))
+        untied.load_state_dict({**base.state_dict(), "head.weight": base.tok_emb.weight.clone()})
+        assert_close(untied(idx), want)  # untied with equal weights: the same function
+        untied.head.weight.data.mul_(2)
+        assert not torch.allclose(untied(idx), want, atol=1e-3)
+
+
+def test_relu2_is_relu_squared_and_qk_norm_is_rms_per_head():
+    from alilama_core.engine.model import ACTIVATION
+
+    x = torch.linspace(-3, 3, 13)
+    assert_close(ACTIVATION["relu2"](x), torch.where(x > 0, x * x, torch.zeros_like(x)))
+    model = build_model(tiny_config(qk_norm=True))
+    attn = model.blocks[0].attn
+    q = torch.randn(2, 4, 5, 8)
+    rms = q.pow(2).mean(-1, keepdim=True).add(model.config.norm_eps).rsqrt()
+    assert_close(attn.q_norm(q), q * rms * attn.q_norm.weight)
+    assert attn.q_norm.weight.shape == (model.config.head_dim,)
+
+
+def test_untied_head_is_its_own_weight_and_counted():
+    tied, untied = build_model(tiny_config()), build_model(tiny_config(tie_embeddings=False))
+    assert untied.head.weight is not untied.tok_emb.weight
+    assert untied.num_parameters() - tied.num_parameters() == 97 * tied.config.d_model
+
+
+@pytest.mark.parametrize("bad, phrase", [("swish", "model.activation must be one of gelu, relu2"), ("", "gelu")])
+def test_an_unknown_activation_is_refused_by_name(bad, phrase):
+    from alilama_core.contracts.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=phrase):
+        build_model(tiny_config(activation=bad))
 
 
 def test_model_shapes_and_weight_tying():

@@ -86,14 +86,20 @@ def ggufs(gguf_runs, tmp_path_factory) -> dict[tuple[str, str], Path]:
     return out
 
 
+def expected_files(runs: dict[str, Path], root: Path, **kw) -> dict[str, Path]:
+    """Each run's expected logits, greedy ids and tokens (``write_expected``), by name under ``root``."""
+    out = {}
+    for name, run in runs.items():
+        out[name] = root / f"{name}.safetensors"
+        write_expected(load_run(run), out[name], **kw)
+    return out
+
+
 @pytest.fixture(scope="module")
 def expected(gguf_runs, tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("gguf-expected")
-    out = {}
-    for name, run in gguf_runs.items():
-        out[name] = root / f"{name}.safetensors"
-        write_expected(load_run(run), out[name], max_new_tokens=GREEDY_TOKENS, rows=PROMPTS)
-    return out
+    return expected_files(
+        gguf_runs, tmp_path_factory.mktemp("gguf-expected"), max_new_tokens=GREEDY_TOKENS, rows=PROMPTS
+    )
 
 
 EXACT_GELU = torch.nn.functional.gelu
@@ -115,7 +121,9 @@ def test_llama_cpp_runs_the_export_as_alilama_computes_it(name, ggufs, expected)
 @pytest.mark.parametrize("name", ["alibi", "learned", "rope"])
 def test_what_differs_is_llama_cpps_gelu_alone(name, gguf_runs, ggufs, tmp_path, monkeypatch):
     """With Alilama's exact GELU replaced by ggml's, logits agree to float32 rounding: the mapping is exact."""
-    monkeypatch.setattr(torch.nn.functional, "gelu", llama_cpp_gelu)
+    from alilama_core.engine.model import ACTIVATION
+
+    monkeypatch.setitem(ACTIVATION, "gelu", llama_cpp_gelu)  # the models load_run builds take it
     write_expected(load_run(gguf_runs[name]), tmp_path / "ggml-gelu.safetensors", max_new_tokens=8)
     result = in_llama_cpp(ggufs[name, "f32"], tmp_path / "ggml-gelu.safetensors")
     assert result["max_logit_diff"] <= STRUCTURE_TOLERANCE, result

@@ -93,8 +93,9 @@ def test_window_conforms_without_an_eager_comparison():
     from alilama_core.kit.attention import check_attention_backend
 
     done = check_attention_backend("window", options={"window": WINDOW})
-    assert len(done) == 4 and all("not compared with eager: exact=False" in line for line in done)
+    assert len(done) == 5 and all("not compared with eager: exact=False" in line for line in done)
     assert done[0].startswith("alibi: causal, cached == uncached, padding hidden")
+    assert done[4].startswith("alibi with qk_norm, relu2, untied head: causal")  # the model's settings too
 
 
 def test_the_kit_fails_a_window_that_claims_to_be_exact():

@@ -157,6 +157,20 @@ def test_long_documents_are_read_in_pieces_that_encode_like_the_whole(tokenizer_
     assert [i for p, _ in pieces for i in tok.encode(p, allowed_special="none")] == whole
 
 
+def test_a_given_validation_file_is_the_val_split(tokenizer_dir, corpus, tmp_path):
+    """``--val-input``: every document of the input trains, every one of the given file validates."""
+    docs = list(read_text_documents(corpus))
+    valid = tmp_path / "valid.txt"
+    valid.write_text("\n<|endoftext|>\n".join(docs[:3]) + "\n")
+    meta = prepare([str(corpus)], tokenizer_dir, tmp_path / "out", val_inputs=[str(valid)])
+    out = tmp_path / "out"
+    assert meta["split"] == "given" and meta["val_fraction"] == 0.0 and meta["val_sources"] == [str(valid)]
+    assert _decode_docs(out, "train") == docs and _decode_docs(out, "val") == docs[:3]
+    with pytest.raises(DataError, match="give one of the two"):
+        prepare([str(corpus)], tokenizer_dir, tmp_path / "x", val_fraction=0.1, val_inputs=[str(valid)])
+    assert not (tmp_path / "x").exists()
+
+
 def test_one_book_is_split_by_position(tokenizer_dir, corpus, tmp_path):
     book = tmp_path / "book.txt"
     book.write_text(corpus.read_text().replace("<|endoftext|>\n", ""))  # one document, no separators
