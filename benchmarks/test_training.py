@@ -25,6 +25,7 @@ from alilama_core.runs.data import TokenData
 from alilama_core.runs.windows import random_windows
 
 STEPS = 30 if FULL else 2
+GROUP = f"{STEPS} training steps, essay model, B=32, T=128"
 
 
 @pytest.fixture(scope="module")
@@ -42,28 +43,16 @@ def essay_config(vocab: int, preset: str = "essay") -> cfgmod.Config:
     return cfg
 
 
-def test_pipeline(benchmark, data_dir, tmp_path):
-    cfg = essay_config(TokenData(data_dir).meta["vocab_size"])
-
-    def run():
-        shutil.rmtree(tmp_path / "run", ignore_errors=True)
-        DefaultTrainer(cfg, echo=lambda *a: None, show_progress=False).fit(str(data_dir), str(tmp_path / "run"))
-
-    benchmark.group = f"{STEPS} training steps, essay config, B=32, T=128"
-    benchmark.extra_info["tokens"] = STEPS * 32 * 128
-    benchmark.pedantic(run, rounds=3 if FULL else 1, warmup_rounds=0)
-
-
 @pytest.mark.parametrize("preset", ["essay", "fast"])
-def test_recipe(benchmark, data_dir, tmp_path, preset):
-    """The ``fast`` preset's steps (Muon, WSD) beside the essay recipe's (AdamW, cosine); goal: within 10%."""
+def test_pipeline(benchmark, data_dir, tmp_path, preset):
+    """The pipeline with the essay recipe (AdamW, cosine) and with ``fast`` (Muon, WSD; goal: within 10%)."""
     cfg = essay_config(TokenData(data_dir).meta["vocab_size"], preset)
 
     def run():
         shutil.rmtree(tmp_path / "run", ignore_errors=True)
         DefaultTrainer(cfg, echo=lambda *a: None, show_progress=False).fit(str(data_dir), str(tmp_path / "run"))
 
-    benchmark.group = f"{STEPS} training steps by recipe, essay model, B=32, T=128"
+    benchmark.group = GROUP
     benchmark.extra_info["tokens"] = STEPS * 32 * 128
     benchmark.pedantic(run, rounds=3 if FULL else 1, warmup_rounds=0)
 
@@ -85,6 +74,6 @@ def test_plain_pytorch_loop(benchmark, data_dir):
             loss.backward()
             opt.step()
 
-    benchmark.group = f"{STEPS} training steps, essay config, B=32, T=128"
+    benchmark.group = GROUP
     benchmark.extra_info["tokens"] = STEPS * 32 * 128
     benchmark.pedantic(run, rounds=3 if FULL else 1, warmup_rounds=0)
