@@ -30,7 +30,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= 2
 QUICKSTART_ARGS ?=
 
-.PHONY: readers llama-cpp install quickstart test lint format bench docs docs-serve fuzz native-tests ci clean essay-config figures
+.PHONY: readers lmeval llama-cpp install quickstart test lint format bench docs docs-serve fuzz native-tests ci clean essay-config figures
 
 $(STAMP): pyproject.toml CMakeLists.txt $(wildcard native/*.cpp native/*.hpp native/*.py) $(EXAMPLE_PLUGIN)/pyproject.toml
 	@echo "[setup 1/4] creating $(VENV) (once; later runs reuse it)"
@@ -64,6 +64,20 @@ $(READERS_STAMP):
 
 readers: $(READERS_STAMP)
 
+# tests/hf/test_lm_eval.py runs lm-eval in it against `alilama serve` and an export (skipped where it is missing).
+LMEVAL_ENV     := build/envs/lmeval
+LMEVAL_PACKAGES ?= lm-eval[hf,api]==0.4.13
+LMEVAL_STAMP   := $(LMEVAL_ENV)/.installed-lm-eval-0.4.13
+$(LMEVAL_STAMP):
+	@echo "[lm-eval] a Python without Alilama for the served-model evaluation test: torch $(TORCH_VERSION), $(LMEVAL_PACKAGES)"
+	rm -rf $(LMEVAL_ENV)
+	$(PYTHON) -m venv $(LMEVAL_ENV)
+	$(LMEVAL_ENV)/bin/python -m pip install -q torch==$(TORCH_VERSION) $(TORCH_PIP_ARGS)
+	$(LMEVAL_ENV)/bin/python -m pip install -q '$(LMEVAL_PACKAGES)'
+	@touch $(LMEVAL_STAMP)
+
+lmeval: $(LMEVAL_STAMP)
+
 # tests/hf/test_gguf.py runs the GGUF exports in it (skipped where it is missing). The first build
 # compiles llama.cpp (about 10 minutes on two cores); pip keeps the wheel, so later builds take seconds.
 $(LLAMA_STAMP): $(READERS_STAMP)
@@ -79,6 +93,21 @@ $(LLAMA_STAMP): $(READERS_STAMP)
 	@touch $(LLAMA_STAMP)
 
 llama-cpp: $(LLAMA_STAMP)
+
+# tests/hf/test_reader_versions.py loads the ONNX exports with it in Node, offline (skipped where it is missing).
+# --ignore-scripts: onnxruntime-node ships its CPU binaries in the package; nothing is downloaded at install.
+TRANSFORMERS_JS_VERSION ?= 4.3.2
+TRANSFORMERS_JS_DIR := build/transformers-js
+TRANSFORMERS_JS_STAMP := $(TRANSFORMERS_JS_DIR)/.installed-$(TRANSFORMERS_JS_VERSION)
+$(TRANSFORMERS_JS_STAMP):
+	@command -v npm >/dev/null || { echo "[transformers.js] needs Node.js 18 or later and npm on the PATH"; exit 1; }
+	@echo "[transformers.js] npm's @huggingface/transformers $(TRANSFORMERS_JS_VERSION) into $(TRANSFORMERS_JS_DIR) (once, about 15 s)"
+	rm -rf $(TRANSFORMERS_JS_DIR) && mkdir -p $(TRANSFORMERS_JS_DIR)
+	cd $(TRANSFORMERS_JS_DIR) && npm install --ignore-scripts --no-audit --no-fund --silent @huggingface/transformers@$(TRANSFORMERS_JS_VERSION)
+	@touch $(TRANSFORMERS_JS_STAMP)
+
+.PHONY: transformers-js
+transformers-js: $(TRANSFORMERS_JS_STAMP)
 
 install: $(STAMP)
 

@@ -1039,6 +1039,179 @@ CASES += [
 ]
 
 
+# -- runaway and silent behaviours ------------------------------------------------------------------
+
+
+def _task_run(ws: Path) -> None:
+    """A tiny run trained on the sort task (two steps)."""
+    result = cli("train", *TINY, "--task", "sort", "task.lengths=1-4", "train.max_steps=2", "--out", "trun", cwd=ws)
+    assert result.exit_code == 0, result.output
+
+
+def _string_loss(ws: Path) -> None:
+    with open(ws / "run" / "metrics.jsonl", "a") as f:
+        f.write('{"step": 7, "tokens": 9000, "train_loss": "2.5"}\n')
+
+
+def _elapsed_goes_on(ws: Path, out: str) -> None:
+    rows = [json.loads(x) for x in (ws / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, 9))
+    elapsed = [r["elapsed_s"] for r in rows]
+    assert elapsed == sorted(elapsed) and elapsed[6] > elapsed[5], elapsed  # step 7 counts on from step 6
+
+
+SHARED_CSV = ["train.loggers=[csv]", "train.logger_options.csv.dir=shared"]
+
+
+def _logged_to_shared_csv(ws: Path) -> None:
+    """The run, trained again for 6 steps with its csv files in ``shared/run``."""
+    args = ["train", *TINY, "train.max_steps=6", "--data", "data", "--out", "run", "--overwrite", *SHARED_CSV]
+    result = cli(*args, cwd=ws)
+    assert result.exit_code == 0, result.output
+
+
+def _csv_fresh(ws: Path, out: str) -> None:
+    import csv
+
+    with open(ws / "shared" / "run" / "metrics.csv", newline="") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["step", "key", "value"] and rows.count(["step", "key", "value"]) == 1
+    assert [int(r[0]) for r in rows if r[1] == "train_loss"] == [1, 2, 3, 4]  # the new run's steps only
+    with open(ws / "shared" / "run" / "summary.csv", newline="") as f:
+        assert dict(csv.reader(f))["step"] == "4"
+
+
+def _port_nobody_listens_on() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+MLFLOW_NOBODY = f"http://127.0.0.1:{_port_nobody_listens_on()}"
+
+
+def _said_at_once(ws: Path, out: str) -> None:
+    said = out.index(f"mlflow: cannot reach the MLflow tracking server {MLFLOW_NOBODY} (Connection refused)")
+    assert out.index(f"mlflow: connecting to the tracking server {MLFLOW_NOBODY}") < said < out.index("done: step")
+    assert [r["step"] for r in map(json.loads, (ws / "t" / "metrics.jsonl").read_text().splitlines())] == [1, 2]
+
+
+CASES += [
+    Case(
+        "train --task with examples past MAX_TASK_CONTEXT",
+        ["train", *TINY, "--task", "sort", "task.lengths=1-5000", "--out", "t"],
+        1,
+        "up to 10,001 tokens long: every training step would attend over 10,001 positions (model.context_length "
+        "must cover them), more than a task run may take. Give task.lengths=1-1023 or shorter, or raise the bound: "
+        "the limit is MAX_TASK_CONTEXT=2,048",
+        check=_absent("t"),
+    ),
+    Case(
+        "eval --task with --data",
+        ["eval", "run", "--task", "sort", "--data", "corpus.txt"],
+        1,
+        "--data scores a run trained on text, --task a run trained on a task: a run is one or the other",
+    ),
+    Case(
+        "eval a task run with --data",
+        ["eval", "trun", "--data", "corpus.txt"],
+        1,
+        "'trun' was trained on task 'sort', not on text, so --data cannot score it",
+        setup=_task_run,
+    ),
+    Case(
+        "eval --context-lengths with --lengths",
+        ["eval", "run", "--lengths", "4", "--context-lengths", "128"],
+        1,
+        "--context-lengths is for a text run (with --data)",
+    ),
+    Case("eval --lengths ''", ["eval", "run", "--lengths", ""], 1, "--lengths is empty: give the lengths to score at"),
+    Case(
+        "eval --context-lengths ''",
+        ["eval", "run", "--data", "corpus.txt", "--context-lengths", ""],
+        1,
+        "--context-lengths is empty",
+    ),
+    Case(
+        "plot an eval file with a number written as a string",
+        ["plot", "ev.json", "--out", "bpb.png"],
+        1,
+        "'ev.json' row 1: bpb is '1.2', not a number, so it cannot be plotted",
+        ["ev.json"],
+        setup=_write(
+            "ev.json", json.dumps([{"context_length": 128, "bpb": 1.1}, {"context_length": 256, "bpb": "1.2"}])
+        ),
+        check=_absent("bpb.png"),
+    ),
+    Case(
+        "plot a run whose metrics.jsonl holds a loss written as a string",
+        ["plot", "run", "--out", "loss.png"],
+        0,
+        "left out 1 row(s) of 'run/metrics.jsonl' whose tokens or train_loss is not a number",
+        ["loss.png"],
+        setup=_string_loss,
+    ),
+    Case(
+        "elapsed_s goes on across a resume",
+        ["train", "--resume", "run", "--no-progress", "train.max_steps=8"],
+        0,
+        "done: step 8",
+        check=_elapsed_goes_on,
+    ),
+    Case(
+        "data prepare --val-input equal to --input",
+        ["data", "prepare", "-i", "corpus.txt", "--val-input", "corpus.txt", "--tokenizer", "tok", "--out", "d3"],
+        1,
+        "--val-input 'corpus.txt' is the same file as --input 'corpus.txt': the model would be validated on "
+        "documents it trains on",
+        check=_absent("d3"),
+    ),
+    Case(
+        "data prepare --val-input a link to --input",
+        ["data", "prepare", "-i", "corpus.txt", "--val-input", "valid.txt", "--tokenizer", "tok", "--out", "d3"],
+        1,
+        "--val-input 'valid.txt' is the same file as --input 'corpus.txt'",
+        setup=lambda ws: (ws / "valid.txt").symlink_to("corpus.txt"),
+        check=_absent("d3"),
+    ),
+    Case(
+        "data prepare --val-input inside the --input folder",
+        ["data", "prepare", "-i", "c", "--val-input", "c/corpus.txt", "--tokenizer", "tok", "--out", "d3"],
+        1,
+        "--val-input 'c/corpus.txt' and --input 'c' both hold the file 'c/corpus.txt'",
+        setup=_folder_input,
+        check=_absent("d3"),
+    ),
+    Case(
+        "train --overwrite of a run that logs to a shared csv folder",
+        ["train", *TINY, "train.max_steps=4", "--data", "data", "--out", "run", "--overwrite", *SHARED_CSV],
+        0,
+        "done: step 4",
+        setup=_logged_to_shared_csv,
+        check=_csv_fresh,
+    ),
+    Case(
+        "train with an MLflow server that does not answer",
+        [
+            "train",
+            *TINY,
+            "train.max_steps=2",
+            "train.loggers=[mlflow]",
+            f"train.logger_options.mlflow.tracking_uri={MLFLOW_NOBODY}",
+            "--data",
+            "data",
+            "--out",
+            "t",
+        ],
+        0,
+        "logger 'mlflow' failed in start()",
+        check=_said_at_once,
+    ),
+]
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_case(case: Case, ws: Path):
     if any(a.startswith("/proc/") for a in case.args) and not Path("/proc/self").exists():

@@ -60,6 +60,7 @@ from alilama_core.app.tasks import tasks_app  # noqa: E402
 app.add_typer(tasks_app, name="tasks")
 
 
+
 @app.command("plugins", epilog=help_examples("alilama plugins", "alilama plugins --check --json"))
 def plugins_cmd(
     as_json: JsonOpt = False,
@@ -213,6 +214,9 @@ def generate_cmd(
         Optional[float],
         typer.Option("--repetition-penalty", help="Penalise tokens already in the text (above 1 repeats less)."),
     ] = None,
+    presence_penalty: commands.PresencePenaltyOpt = 0.0,
+    frequency_penalty: commands.FrequencyPenaltyOpt = 0.0,
+    logit_bias: commands.LogitBiasOpt = None,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Random seed, for the same text on every run.")] = None,
     stop: Annotated[Optional[list[str]], typer.Option("--stop", help="Stop after this text (repeatable).")] = None,
     checkpoint: Annotated[
@@ -260,9 +264,14 @@ def generate_cmd(
         top_k=top_k,
         top_p=top_p,
         repetition_penalty=repetition_penalty,
+        presence_penalty=presence_penalty,
+        frequency_penalty=frequency_penalty,
+        logit_bias=commands.logit_bias(logit_bias),
         seed=seed,
         stop=list(stop or []),
     ).validate()
+    if seed is not None:
+        replace(settings, seed=seed + num_samples - 1).validate()  # sample i uses seed + i - 1
     with loud_warnings():
         loaded = load_run(
             run,
@@ -324,6 +333,9 @@ def serve_cmd(
         Optional[int], typer.Option("--max-prompt-tokens", help="Longest prompt accepted (default 768).")
     ] = None,
     max_queue: Annotated[int, typer.Option("--max-queue", help="Sequences that may wait for the batch.")] = 64,
+    body_timeout: Annotated[
+        float, typer.Option("--body-timeout", help="Seconds a client may take to send its request body (then 408).")
+    ] = 30.0,
     checkpoint: Annotated[
         Optional[str], typer.Option("--checkpoint", help="Checkpoint folder name, e.g. step-00001000.")
     ] = None,
@@ -344,15 +356,30 @@ def serve_cmd(
     for name, value in (("--max-batch", max_batch), ("--max-tokens", max_tokens), ("--max-queue", max_queue)):
         if value < 1:
             raise AlilamaError(f"{name} must be at least 1, got {value}")
+    if max_prompt_tokens is not None and max_prompt_tokens < 1:
+        raise AlilamaError(f"--max-prompt-tokens must be at least 1, got {max_prompt_tokens}")
     if not 0 < port < 65536:
         raise AlilamaError(f"--port must be between 1 and 65535, got {port}")
     loaded = _load_to_sample(run, checkpoint, device, threads)
     limit = loaded.model.positional.max_positions
-    prompt_limit = max_prompt_tokens or (768 if limit is None else max(1, limit - 1))
-    if prompt_limit < 1:
-        raise AlilamaError(f"--max-prompt-tokens must be at least 1, got {prompt_limit}")
-    limits = Limits(max_tokens=max_tokens, max_prompt_tokens=prompt_limit, max_batch=max_batch, max_queue=max_queue)
+    prompt_limit = max_prompt_tokens or (768 if limit is None else max(1, min(768, limit - 1)))
+    if not 0 < body_timeout <= 3600:
+        raise AlilamaError(f"--body-timeout must be between 0 and 3600 seconds, got {body_timeout}")
+    limits = Limits(
+        max_tokens=max_tokens,
+        max_prompt_tokens=prompt_limit,
+        max_batch=max_batch,
+        max_queue=max_queue,
+        body_seconds=body_timeout,
+    )
+    limits.check(loaded.model)
     model_id = Path(run).resolve().name
+    if api_key is None and not _loopback(host):
+        err_console.print(
+            f"warning: --host {host} without --api-key: anyone who reaches this port can use the model and "
+            "its compute; give --api-key KEY (or ALILAMA_API_KEY) or serve on 127.0.0.1",
+            highlight=False,
+        )
     plain_line(f"serving {model_id} on http://{host}:{port}/v1 (batch {max_batch}, queue {max_queue})")
     serve(loaded, model_id, host, port, limits, api_key)
 
@@ -366,6 +393,9 @@ def chat_cmd(
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", "-n", help="Longest reply, in tokens.")] = 100,
     temperature: Annotated[float, typer.Option("--temperature", "-t", help="Divides the logits; 0 is greedy.")] = 0.8,
     top_k: Annotated[Optional[int], typer.Option("--top-k", help="Sample only among the k likeliest tokens.")] = None,
+    presence_penalty: commands.PresencePenaltyOpt = 0.0,
+    frequency_penalty: commands.FrequencyPenaltyOpt = 0.0,
+    logit_bias: commands.LogitBiasOpt = None,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Random seed.")] = None,
     checkpoint: Annotated[
         Optional[str], typer.Option("--checkpoint", help="Checkpoint folder name, e.g. step-00001000.")
@@ -380,9 +410,17 @@ def chat_cmd(
     from alilama_core.engine.chat import run_template
     from alilama_core.engine.generation import SamplingSettings
 
-    settings = SamplingSettings(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, seed=seed)
-    settings.validate()
+    settings = SamplingSettings(
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_k=top_k,
+        presence_penalty=presence_penalty,
+        frequency_penalty=frequency_penalty,
+        logit_bias=commands.logit_bias(logit_bias),
+        seed=seed,
+    ).validate()
     loaded = _load_to_sample(run, checkpoint, device, threads)
+    settings.validate(loaded.model.config.vocab_size)
     interactive = sys.stdin.isatty()
     if interactive:
         err_console.print("a base model continues text; it was not trained to chat. /reset, /quit", highlight=False)
@@ -399,6 +437,18 @@ def chat_cmd(
         sys.stdout.flush()
 
     chat_turns(loaded, settings, run_template(loaded.path), read, write)
+
+
+def _loopback(host: str) -> bool:
+    """Whether ``host`` is this machine alone (a loopback address or ``localhost``)."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _load_to_sample(run: str, checkpoint: str | None, device: str, threads: int | None):

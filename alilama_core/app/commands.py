@@ -279,12 +279,49 @@ def train_cmd(
         result = trainer.fit(data, str(run), resume=bool(resume), overwrite=overwrite, stop_at=stop_at)
     if result.get("interrupted"):
         raise typer.Exit(130)
-    if result.get("finished") or int(os.environ.get("RANK", "0")) != 0:  # under torchrun: rank 0 reports
+    if int(os.environ.get("RANK", "0")) != 0:  # under torchrun: rank 0 reports
+        return
+    from alilama_core.runs.checkpoint import FINAL, WEIGHTS
+
+    if not (run / FINAL / WEIGHTS).is_file():  # a finished run has its final weights, whoever trained it
+        raise AlilamaError(
+            f"trainer {cfg.train.trainer!r} returned at step {result.get('step')} without writing "
+            f"{run / FINAL / WEIGHTS}, so the run is not finished. The trainer must end fit() with its "
+            "RunWriter's finish(model, state) (alilama_core.contracts.runs); alilama_core.kit.check_trainer "
+            "checks this"
+        )
+    if result.get("finished"):
         return
     summary = f"done: step {result['step']}"
     if result.get("val_bpb") is not None:
         summary += f", val loss {result['val_loss']:.4f}, val bpb {result['val_bpb']:.4f}"
     console.print(f"{summary}; run folder {run}", highlight=False)
+
+
+PresencePenaltyOpt = Annotated[
+    float,
+    typer.Option("--presence-penalty", help="Subtracted once from each generated token's logit (-2 to 2)."),
+]
+FrequencyPenaltyOpt = Annotated[
+    float,
+    typer.Option("--frequency-penalty", help="Subtracted per earlier use from a generated token's logit (-2 to 2)."),
+]
+LogitBiasOpt = Annotated[
+    Optional[list[str]],
+    typer.Option("--logit-bias", help="ID=BIAS added to token ID's logit (repeatable; -100 bans it)."),
+]
+
+
+def logit_bias(pairs: list[str] | None) -> dict[int, float]:
+    """``--logit-bias 50=-100 --logit-bias 7=2.5`` as ``{50: -100.0, 7: 2.5}``."""
+    out: dict[int, float] = {}
+    for pair in pairs or []:
+        token, _, bias = pair.partition("=")
+        try:
+            out[int(token)] = float(bias)
+        except ValueError:
+            raise AlilamaError(f"--logit-bias takes ID=BIAS, like 50=-100; got {pair!r}") from None
+    return out
 
 
 DeviceOpt = Annotated[
@@ -357,6 +394,30 @@ def describe_loaded(loaded, device: str, threads: int, shapes: tuple[str, ...]) 
     )
 
 
+def check_eval_choice(
+    data: list[str] | None, task: str | None, lengths: str | None, context_lengths: str | None
+) -> None:
+    """Refuse an empty ``--lengths``/``--context-lengths`` and options of a task run mixed with a text run's."""
+    for option, value, default in (
+        ("--lengths", lengths, "8,16,32 (leave it out for the longest trained length, twice and four times it)"),
+        ("--context-lengths", context_lengths, "128,256 (leave it out for 1x, 2x, 4x and 8x the trained context)"),
+    ):
+        if value is not None and not value.strip():
+            raise AlilamaError(f"{option} is empty: give the lengths to score at, e.g. {option} {default}")
+    task_options = [o for o, v in (("--task", task), ("--lengths", lengths)) if v is not None]
+    if data and task_options:
+        raise AlilamaError(
+            f"--data scores a run trained on text, {' and '.join(task_options)} a run trained on a task: a run is "
+            f"one or the other. Drop --data to score the task run on its generated test sets, or drop "
+            f"{' and '.join(task_options)} to score a text run on {data[0]!r}"
+        )
+    if context_lengths is not None and task_options:
+        raise AlilamaError(
+            "--context-lengths is for a text run (with --data); a task run is scored at task lengths: "
+            "give --lengths instead"
+        )
+
+
 def eval_cmd(
     run: Annotated[str, typer.Argument(help="Run folder.")],
     data: Annotated[Optional[list[str]], typer.Option("--data", help="Raw text file (repeatable).")] = None,
@@ -396,6 +457,7 @@ def eval_cmd(
     exact match and per-token accuracy at each length."""
     if seed is not None and seed < 0:
         raise AlilamaError(f"--seed must be an integer >= 0, got {seed}")
+    check_eval_choice(data, task, lengths, context_lengths)
     n_threads = set_threads(threads)
     where = choose_device(device)
     if task is not None or lengths is not None or not data:  # a run trained on an algorithmic task
@@ -436,6 +498,15 @@ def eval_cmd(
     for file in data:
         if not Path(file).is_file():
             raise AlilamaError(f"eval file {file!r} does not exist")
+    if (Path(run) / "config.yaml").is_file():
+        from alilama_core.engine import configs as cfgmod
+
+        trained_on = cfgmod.load(Path(run) / "config.yaml").task.name
+        if trained_on:
+            raise AlilamaError(
+                f"{run!r} was trained on task {trained_on!r}, not on text, so --data cannot score it; drop --data "
+                f"to score it on the task's test sets (e.g. alilama eval {run} --lengths 8,16,32)"
+            )
     from contextlib import ExitStack
 
     with ExitStack() as stack:
@@ -517,7 +588,8 @@ def plot_cmd(
         return
     from alilama_core.app.plot import plot_runs
 
-    path = plot_runs(runs, out or str(Path(runs[0]) / "loss.png"))
+    with loud_warnings():  # metrics rows left out are said
+        path = plot_runs(runs, out or str(Path(runs[0]) / "loss.png"))
     console.print(f"wrote {path}", highlight=False)
 
 

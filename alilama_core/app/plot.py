@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
-from alilama_core.contracts.errors import AlilamaError
+from alilama_core.contracts.errors import AlilamaError, AlilamaWarning
 from alilama_core.contracts.files import atomic_open
 from alilama_core.runs.checkpoint import read_metrics
 
@@ -25,8 +26,7 @@ def plot_runs(runs: list[str | Path], out: str | Path) -> Path:
     for i, (run, rows) in enumerate(zip(runs, metrics)):
         color = f"C{i}"
         name = Path(run).name
-        train = [(r["tokens"], r["train_loss"]) for r in rows if "train_loss" in r]
-        val = [(r["tokens"], r["val_loss"]) for r in rows if "val_loss" in r]
+        train, val = _points(run, rows, "train_loss"), _points(run, rows, "val_loss")
         if train:
             ax.plot(*zip(*train), color=color, alpha=0.6, lw=1, label=f"{name} train")
         if val:
@@ -35,6 +35,22 @@ def plot_runs(runs: list[str | Path], out: str | Path) -> Path:
     ax.set_ylabel("loss (nats/token)")
     ax.set_title("Alilama training loss")
     return save_figure(_readable(fig, ax), out)
+
+
+def _points(run, rows: list[dict], key: str) -> list[tuple]:
+    """``(tokens, key)`` of each metrics row that has ``key``; rows whose values are not numbers are left
+    out with a warning (a string is never plotted as a number)."""
+    found = [(r.get("tokens"), r[key]) for r in rows if key in r]
+    points = [p for p in found if is_number(p[0]) and is_number(p[1])]
+    if len(points) < len(found):
+        warnings.warn(
+            AlilamaWarning(
+                f"left out {len(found) - len(points)} row(s) of {str(Path(run) / 'metrics.jsonl')!r} whose "
+                f"tokens or {key} is not a number"
+            ),
+            stacklevel=2,
+        )
+    return points
 
 
 def read_eval(path: str | Path) -> list[dict]:
@@ -52,7 +68,20 @@ def read_eval(path: str | Path) -> list[dict]:
         isinstance(r, dict) and "context_length" in r and "bpb" in r for r in rows
     ):
         raise AlilamaError(f"{str(path)!r} is not a list of eval rows (context_length, bpb); use `alilama eval --json`")
+    for i, row in enumerate(rows):
+        for key in ("context_length", "bpb"):
+            value = row[key]
+            if not (is_number(value) or (key == "bpb" and value is None)):
+                raise AlilamaError(
+                    f"{str(path)!r} row {i}: {key} is {value!r}, not a number, so it cannot be plotted; write the "
+                    f"file again with `alilama eval RUN --data FILE --json > {path.name}`"
+                )
     return rows
+
+
+def is_number(value) -> bool:
+    """An int or a float (not a bool, not a number written as a string)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def plot_eval(results: list[str | Path], out: str | Path, dpi: int = 120) -> Path:

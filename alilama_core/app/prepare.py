@@ -301,6 +301,7 @@ def prepare(
     for spec in [*inputs, *val_inputs]:
         if not spec.startswith("hf:") and not Path(spec).exists():
             raise DataError(f"input {spec!r} does not exist")
+    check_val_inputs(inputs, val_inputs)
     if not separator:
         raise DataError("--separator must not be empty")
     out = Path(out)
@@ -328,6 +329,35 @@ def prepare(
                 val_inputs,
             )
         return meta
+
+
+def check_val_inputs(inputs: Sequence[str], val_inputs: Sequence[str]) -> None:
+    """Refuse a ``--val-input`` that is, or holds, a file of ``--input`` (by another path or a link too):
+    the model would be validated on documents it trains on."""
+
+    def sources(spec: str) -> dict[tuple, Path]:
+        """Each file of ``spec`` by its device and inode; an ``hf:`` dataset by its name (always its train split)."""
+        if spec.startswith("hf:"):
+            name = Path(spec[3:])
+            return {("hf", str(name.resolve()) if name.exists() else spec[3:]): name}
+        return {(st.st_dev, st.st_ino): f for f in _files(spec) for st in [f.stat()]}
+
+    trained = {key: (spec, file) for spec in inputs for key, file in sources(spec).items()}
+    for spec in val_inputs:
+        for key, file in sources(spec).items():
+            if key not in trained:
+                continue
+            given, its = trained[key]
+            kind = "dataset" if key[0] == "hf" else "file"
+            if kind == "dataset" or (Path(spec) == file and Path(given) == its):
+                same = f"--val-input {spec!r} is the same {kind} as --input {given!r}"
+            else:
+                same = f"--val-input {spec!r} and --input {given!r} both hold the file {str(file)!r}"
+            raise DataError(
+                f"{same}: the model would be validated on documents it trains on. Give validation documents "
+                "that are not in --input, or leave --val-input out to draw --val-fraction of the input's "
+                "documents for validation"
+            )
 
 
 def _encode_into(

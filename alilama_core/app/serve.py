@@ -16,9 +16,15 @@ mid-stream leaves the batch at once. Errors are JSON objects (``{"error":
 {"message", "type", "param", "code"}}``) with the right status, never a
 traceback.
 
-``logprobs`` (completions: the number of alternatives; chat: ``logprobs`` and
-``top_logprobs``) report log-probabilities under the model itself, before
-temperature, top-k and top-p. ``GET /`` is the playground (``alilama_core.app.playground``),
+Every request body is validated whole by the engine's typed request models
+(``alilama_core.engine.requests``) before any of it reaches the model: a field
+is honoured or refused with a 400 that names it. ``echo`` returns the prompt
+(and, with ``logprobs``, its tokens' log-probabilities, the first ``null``);
+``max_tokens: 0`` with ``echo`` scores the prompt alone; a prompt may be token
+ids. ``logprobs`` (completions: the number of alternatives; chat: ``logprobs``
+and ``top_logprobs``) report log-probabilities under the model itself, before
+``logit_bias``, the penalties, temperature, top-k and top-p. A sequence that
+fails fails alone: the other rows of the batch go on. ``GET /`` is the playground (``alilama_core.app.playground``),
 ``POST /v1/alilama/tape`` the tape of a text for it. ``ignore_eos: true`` (an extension, as in
 vLLM) goes on past end-of-text to ``max_tokens``.
 """
@@ -37,11 +43,11 @@ import traceback
 import uuid
 from collections import deque
 from dataclasses import dataclass, field, replace
-from typing import Any
 
-from alilama_core.contracts.errors import AlilamaError
-from alilama_core.engine.batching import ContinuousBatch, Event
+from alilama_core.contracts.errors import AlilamaError, ConfigError
+from alilama_core.engine.batching import ContinuousBatch, Event, score_prompt
 from alilama_core.engine.generation import SamplingSettings, token_bytes
+from alilama_core.engine.requests import ChatRequest, CompletionRequest, Message, RequestError, parse, read_body
 
 
 @dataclass
@@ -54,8 +60,36 @@ class Limits:
     max_batch: int = 8
     """Sequences decoded together (rows of the batch); more wait in the queue."""
     max_queue: int = 64
-    """Sequences waiting for a row; beyond it, 429."""
+    """Sequences waiting for a row; beyond it, 429 (a request for more than this alone: 400)."""
     max_n: int = 8
+    max_body_bytes: int = 4 << 20
+    """Largest request body; beyond it, 413."""
+    body_seconds: float = 30.0
+    """How long a client may take to send its body; beyond it, 408 (a slow or half-open client)."""
+
+    def check(self, model) -> None:
+        """Refuse limits the model or the memory cannot hold (``AlilamaError`` naming the option)."""
+        import psutil
+
+        for name in ("max_tokens", "max_prompt_tokens", "max_batch", "max_queue"):
+            if getattr(self, name) < 1:
+                raise AlilamaError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        positions = model.positional.max_positions
+        if positions is not None and self.max_prompt_tokens >= positions:
+            raise AlilamaError(
+                f"--max-prompt-tokens is {self.max_prompt_tokens}, but this model's "
+                f"{model.config.positional!r} positions end at {positions}: give at most {positions - 1}"
+            )
+        c = model.config
+        element = next(model.parameters()).element_size()
+        cache = 2 * c.n_layers * self.max_batch * (self.max_prompt_tokens + self.max_tokens + 1) * c.d_model * element
+        free = psutil.virtual_memory().available
+        if cache > free // 2:
+            raise AlilamaError(
+                f"--max-batch {self.max_batch} rows of --max-prompt-tokens {self.max_prompt_tokens} + --max-tokens "
+                f"{self.max_tokens} need a {cache / 2**30:.1f} GiB KV cache, more than half of the "
+                f"{free / 2**30:.1f} GiB free; lower them"
+            )
 
 
 class ApiError(Exception):
@@ -67,6 +101,21 @@ class ApiError(Exception):
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.status}}
+
+    @classmethod
+    def of(cls, exc: Exception) -> "ApiError":
+        """What the client sees for ``exc``: its own words for a refused request, else a 500 without details."""
+        if isinstance(exc, ApiError):
+            return exc
+        if isinstance(exc, RequestError):
+            return cls(exc.status, exc.message, exc.param)
+        if isinstance(exc, ConfigError):
+            return cls(400, str(exc))
+        return cls(500, "the model failed on this request", kind="server_error")
+
+
+class ClientGone(Exception):
+    """The client went away before its request was read whole."""
 
 
 # -- the scheduler: one thread, one batch ----------------------------------------------------------
@@ -82,6 +131,7 @@ class Job:
     events: asyncio.Queue
     logprobs: int | None = None
     ignore_eos: bool = False
+    echo: bool = False
     handle: int | None = None
     cancelled: bool = False
 
@@ -103,6 +153,11 @@ class Scheduler(threading.Thread):
         self.running = True
 
     def submit(self, jobs: list[Job]) -> None:
+        if len(jobs) > self.limits.max_queue:
+            raise ApiError(
+                400, f"this request asks for {len(jobs)} sequences (prompts x n); this server queues at most "
+                f"{self.limits.max_queue}: send fewer at a time", "n",
+            )  # fmt: skip
         with self.lock:
             if self.pending + len(jobs) > self.limits.max_queue:
                 raise ApiError(429, "the server is busy: its queue is full; retry later", kind="server_busy")
@@ -129,7 +184,7 @@ class Scheduler(threading.Thread):
             except Exception:  # never let one bad step take the server down: fail the jobs in flight
                 traceback.print_exc()
                 for job in list(self.jobs.values()):
-                    self._deliver(job, Event(job.handle or -1, None, "error"))
+                    self._deliver(job, Event(job.handle or -1, None, "error", error=RuntimeError("the step failed")))
                 self.jobs.clear()
                 self.batch.live.clear()
 
@@ -156,13 +211,26 @@ class Scheduler(threading.Thread):
             job = self.waiting.popleft()
             with self.lock:
                 self.pending -= 1
-            if job.cancelled:
-                continue
-            job.handle, event = self.batch.join(job.prompt, job.settings, job.logprobs, job.ignore_eos)
-            self.jobs[job.handle] = job
-            self._event(event)
+            if not job.cancelled:
+                self._admit(job)
         for event in self.batch.step():
             self._event(event)
+
+    def _admit(self, job: Job) -> None:
+        """Start ``job`` (or score its prompt alone); a failure answers ``job`` alone."""
+        try:
+            if job.settings.max_new_tokens == 0:  # echo of a prompt's scores, nothing generated
+                scores = score_prompt(self.batch.model, job.prompt, job.logprobs or 0)
+                self._deliver(job, Event(-1, None, "length", prompt=scores))
+                return
+            job.handle, event = self.batch.join(job.prompt, job.settings, job.logprobs, job.ignore_eos, job.echo)
+        except Exception as exc:
+            if not isinstance(exc, AlilamaError):
+                traceback.print_exc()
+            self._deliver(job, Event(-1, None, "error", error=exc))
+            return
+        self.jobs[job.handle] = job
+        self._event(event)
 
     def _event(self, event: Event) -> None:
         job = self.jobs.get(event.handle)
@@ -180,82 +248,12 @@ class Scheduler(threading.Thread):
 # -- requests --------------------------------------------------------------------------------------
 
 
-def _number(body: dict, name: str, kind: type, default: Any, low: float | None = None, high: float | None = None):
-    value = body.get(name, default)
-    if value is None:
-        return default
-    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise ApiError(400, f"{name} must be an integer, got {value!r}", name)
-    if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float))):
-        raise ApiError(400, f"{name} must be a number, got {value!r}", name)
-    if (low is not None and value < low) or (high is not None and value > high):
-        bounds = f"at least {low}" if high is None else f"between {low} and {high}"
-        raise ApiError(400, f"{name} must be {bounds}, got {value!r}", name)
-    return kind(value)
-
-
-MAX_LOGPROBS = 20
-
-
-def logprobs_asked(body: dict, chat: bool) -> int | None:
-    """How many alternatives per token a request asks for (``None``: no log-probabilities).
-
-    Completions: ``logprobs`` is that number (0-5 in OpenAI's API; up to 20 here). Chat: ``logprobs: true``
-    asks for the tokens' own, and ``top_logprobs`` for that many alternatives.
-    """
-    if chat:
-        if body.get("logprobs") not in (None, False, True):
-            raise ApiError(400, f"logprobs must be true or false, got {body['logprobs']!r}", "logprobs")
-        top = _number(body, "top_logprobs", int, None, 0, MAX_LOGPROBS)
-        if top is not None and not body.get("logprobs"):
-            raise ApiError(400, "top_logprobs needs logprobs: true", "top_logprobs")
-        return (top or 0) if body.get("logprobs") else None
-    return _number(body, "logprobs", int, None, 0, MAX_LOGPROBS)
-
-
-def sampling(body: dict, limits: Limits) -> tuple[SamplingSettings, int, list[str]]:
-    """``(settings, n, stop strings)`` from an OpenAI request body, or ``ApiError(400)``."""
-    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-    max_tokens = _number({"max_tokens": max_tokens}, "max_tokens", int, limits.max_tokens, 1, None)
-    if max_tokens > limits.max_tokens:
-        raise ApiError(400, f"max_tokens is {max_tokens}; this server allows at most {limits.max_tokens}", "max_tokens")
-    stop = body.get("stop")
-    stop = [stop] if isinstance(stop, str) else stop
-    if stop is not None and (not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop)):
-        raise ApiError(400, "stop must be a non-empty string or a list of them", "stop")
-    if stop is not None and len(stop) > 4:
-        raise ApiError(400, f"stop holds at most 4 strings, got {len(stop)}", "stop")
-    top_k = _number(body, "top_k", int, None, 1, None)
-    top_p = _number(body, "top_p", float, None, 0, 1)
-    settings = SamplingSettings(
-        max_new_tokens=max_tokens,
-        temperature=_number(body, "temperature", float, 1.0, 0, 2),
-        top_k=top_k,
-        top_p=None if top_p in (None, 1.0) else top_p,
-        seed=_number(body, "seed", int, None),
-    )
-    if settings.top_p == 0:
-        raise ApiError(400, "top_p must be greater than 0", "top_p")
-    n = _number(body, "n", int, 1, 1, limits.max_n)
-    return settings, n, list(stop or [])
-
-
-def chat_prompt(messages: Any, template: str | None = None) -> str:
-    """The prompt text for OpenAI ``messages`` under a chat template (``alilama_core.engine.chat``)."""
+def chat_prompt(messages: list, template: str | None = None) -> str:
+    """The prompt text for OpenAI ``messages`` (dicts or ``Message``) under a chat template."""
     from alilama_core.engine.chat import DEFAULT_CHAT_TEMPLATE, render
 
-    if not isinstance(messages, list) or not messages:
-        raise ApiError(400, "messages must be a non-empty list of {role, content} objects", "messages")
-    plain = []
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or m.get("role") not in ("system", "user", "assistant", "developer"):
-            raise ApiError(400, f"messages[{i}] needs a role of system, user or assistant", "messages")
-        content = m.get("content")
-        if isinstance(content, list):  # [{"type": "text", "text": ...}, ...]
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
-        if not isinstance(content, str):
-            raise ApiError(400, f"messages[{i}].content must be text", "messages")
-        plain.append({"role": m["role"], "content": content})
+    typed = [m if isinstance(m, Message) else Message.model_validate(m) for m in messages]
+    plain = [{"role": m.role, "content": m.text} | ({"name": m.name} if m.name else {}) for m in typed]
     try:
         return render(template or DEFAULT_CHAT_TEMPLATE, plain)
     except AlilamaError as exc:
@@ -265,8 +263,11 @@ def chat_prompt(messages: Any, template: str | None = None) -> str:
 class Choice:
     """One choice's text as it arrives: bytes decoded incrementally, cut before the first stop string."""
 
-    def __init__(self, tokenizer, stop: list[str]) -> None:
-        self.tokenizer, self.stop = tokenizer, stop
+    def __init__(self, tokenizer, stop: list[str], echo: str | None = None) -> None:
+        self.tokenizer, self.stop, self.echo = tokenizer, stop, echo
+        """``echo``: the prompt's text, sent before the completion (``None``: not echoed)."""
+        self.prompt_rows: list[tuple[int, float | None, list[tuple[int, float]] | None]] = []
+        """The prompt's ``(token, logprob, alternatives)`` when it is echoed with log-probabilities."""
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.text = ""
         self.sent = 0
@@ -278,6 +279,8 @@ class Choice:
 
     def add(self, event: Event) -> str:
         """The new text to send for ``event`` ('' while a character or a possible stop string is incomplete)."""
+        if event.prompt is not None:
+            self.prompt_rows = [(t.token, t.logprob, t.top if t.logprob is not None else None) for t in event.prompt]
         if event.token is not None and event.logprob is not None and self.finish_reason is None:
             self.scores.append((event.token, event.logprob, event.top or []))
         if event.token is not None:
@@ -294,7 +297,21 @@ class Choice:
         hold = 0 if self.finish_reason else max((_overlap(self.text, s) for s in self.stop), default=0)
         piece = self.text[self.sent : len(self.text) - hold]
         self.sent += len(piece)
+        if self.echo is not None and not self.echoed:
+            self.echoed = True
+            return self.echo + piece
         return piece
+
+    echoed = False
+
+    @property
+    def whole_text(self) -> str:
+        return (self.echo or "") + self.text
+
+    @property
+    def rows(self) -> list:
+        """Every scored token of the choice: the echoed prompt's, then the completion's."""
+        return self.prompt_rows + self.scores
 
 
 def _overlap(text: str, stop: str) -> int:
@@ -333,7 +350,9 @@ class Server:
             Route("/v1/completions", self.completions, methods=["POST"]),
             Route("/v1/chat/completions", self.chat, methods=["POST"]),
         ]
-        return Starlette(routes=routes, lifespan=self._lifespan, exception_handlers={404: self._not_found})
+        return Starlette(
+            routes=routes, lifespan=self._lifespan, exception_handlers={404: self._no_route, 405: self._no_route}
+        )
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, app):
@@ -341,9 +360,13 @@ class Server:
         yield
         self.scheduler.running = False
 
-    async def _not_found(self, request, exc):
+    async def _no_route(self, request, exc):
+        """404 and 405 as OpenAI's JSON error object."""
         from starlette.responses import JSONResponse
 
+        if exc.status_code == 405:
+            error = ApiError(405, f"{request.method} is not allowed on {request.url.path}")
+            return JSONResponse(error.body(), status_code=405, headers=getattr(exc, "headers", None))
         return JSONResponse(ApiError(404, f"no route {request.url.path}").body(), status_code=404)
 
     async def playground(self, request):
@@ -375,6 +398,8 @@ class Server:
             return JSONResponse(await asyncio.wrap_future(future))
         except ApiError as error:
             return JSONResponse(error.body(), status_code=error.status)
+        except ClientGone:
+            return JSONResponse({}, status_code=400)
         except AlilamaError as exc:
             return JSONResponse(ApiError(400, str(exc), "text").body(), status_code=400)
         except Exception:
@@ -401,72 +426,110 @@ class Server:
         return await self._answer(request, chat=True)
 
     def _denied(self, request):
+        """A 401 unless the request carries ``Authorization: Bearer KEY`` (the scheme in any case, RFC 7235)."""
         from starlette.responses import JSONResponse
 
         if self.api_key is None:
             return None
-        given = request.headers.get("authorization", "")
-        if hmac.compare_digest(given.encode(), f"Bearer {self.api_key}".encode()):
+        scheme, _, given = request.headers.get("authorization", "").strip().partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.api_key.encode()):
             return None
         error = ApiError(401, "a valid API key is needed: Authorization: Bearer KEY", kind="authentication_error")
         return JSONResponse(error.body(), status_code=401)
 
     async def _answer(self, request, chat: bool):
-        from starlette.responses import JSONResponse, StreamingResponse
+        from starlette.responses import JSONResponse, Response, StreamingResponse
 
         if (denied := self._denied(request)) is not None:
             return denied
         try:
-            body = await self._body(request)
-            prompts = self._prompts(body, chat)
-            settings, n, stop = sampling(body, self.limits)
-            if not isinstance(body.get("ignore_eos", False), bool):
-                raise ApiError(400, "ignore_eos must be true or false", "ignore_eos")
-            jobs = self._jobs(prompts, settings, n, logprobs_asked(body, chat))
+            req = parse(ChatRequest if chat else CompletionRequest, await self._body(request))
+            self._same_model(req.model)
+            settings = req.sampling(self.limits.max_tokens)
+            if settings.max_new_tokens > self.limits.max_tokens:
+                raise ApiError(
+                    400, f"max_tokens is {settings.max_new_tokens}; this server allows at most {self.limits.max_tokens}",
+                    "max_tokens",
+                )  # fmt: skip
+            if req.choices > self.limits.max_n:
+                raise ApiError(400, f"n is {req.choices}; this server allows at most {self.limits.max_n}", "n")
+            settings.validate(self.model.config.vocab_size)
+            prompts = self._prompts(req, chat)
+            logprobs = req.alternatives if chat else req.logprobs
+            jobs = self._jobs(prompts, settings, req.choices, logprobs)
             for job in jobs:
-                job.ignore_eos = body.get("ignore_eos", False)
+                job.ignore_eos, job.echo = bool(req.ignore_eos), bool(getattr(req, "echo", False))
             self.scheduler.submit(jobs)
-        except ApiError as error:
+        except ClientGone:
+            print(f"alilama serve: a client went away before its request was read ({request.url.path})", flush=True)
+            return Response(status_code=400)
+        except Exception as exc:  # a bug here must not show the client a traceback
+            if not isinstance(exc, (ApiError, AlilamaError)):
+                traceback.print_exc()
+            error = ApiError.of(exc) if isinstance(exc, (ApiError, AlilamaError)) else ApiError(500, "internal error")
             return JSONResponse(error.body(), status_code=error.status)
-        except Exception:  # a bug here must not show the client a traceback
-            traceback.print_exc()
-            return JSONResponse(ApiError(500, "internal error", kind="server_error").body(), status_code=500)
-        reply = _Reply(self, jobs, stop, chat, prompt_tokens=sum(len(j.prompt) for j in jobs[::n]), n=n)
-        if body.get("stream"):
-            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        echo = bool(getattr(req, "echo", False))
+        echoes = [self._echo(ids, text) if echo else None for ids, text in prompts for _ in range(req.choices)]
+        reply = _Reply(self, jobs, req.stops, chat, sum(len(ids) for ids, _ in prompts), req.choices, echoes)
+        if req.stream:
+            include_usage = bool(req.stream_options and req.stream_options.include_usage)
             return StreamingResponse(reply.stream(include_usage), media_type="text/event-stream")
         try:
-            return JSONResponse(await reply.whole())
+            return JSONResponse(await _unless_gone(request, reply.whole()))
+        except ClientGone:
+            return Response(status_code=400)  # nobody reads it; the jobs were cancelled
         except ApiError as error:
             return JSONResponse(error.body(), status_code=error.status)
 
     async def _body(self, request) -> dict:
+        """The JSON object of the request's body, read whole within the limits of size and time."""
+        from starlette.requests import ClientDisconnect
+
+        size = request.headers.get("content-length", "")
+        if size.isdigit() and int(size) > self.limits.max_body_bytes:
+            raise ApiError(413, f"the request body is larger than this server's {self.limits.max_body_bytes} bytes")
+
+        async def read() -> bytes:
+            chunks, total = [], 0
+            async for chunk in request.stream():
+                total += len(chunk)
+                if total > self.limits.max_body_bytes:
+                    raise ApiError(
+                        413, f"the request body is larger than this server's {self.limits.max_body_bytes} bytes"
+                    )
+                chunks.append(chunk)
+            return b"".join(chunks)
+
         try:
-            body = json.loads(await request.body())
-        except (ValueError, UnicodeDecodeError):
-            raise ApiError(400, "the request body must be a JSON object") from None
-        if not isinstance(body, dict):
-            raise ApiError(400, "the request body must be a JSON object")
-        model = body.get("model")
+            raw = await asyncio.wait_for(read(), timeout=self.limits.body_seconds)
+        except asyncio.TimeoutError:
+            raise ApiError(408, f"the request body did not arrive within {self.limits.body_seconds:g} s") from None
+        except ClientDisconnect:
+            raise ClientGone from None
+        return read_body(raw)
+
+    def _same_model(self, model: str | None) -> None:
         if model is not None and model != self.model_id:
             raise ApiError(404, f"model {model!r} does not exist; this server has {self.model_id!r}", "model")
-        return body
 
-    def _prompts(self, body: dict, chat: bool) -> list[list[int]]:
-        if chat:
-            texts = [chat_prompt(body.get("messages"), self.chat_template)]
-        else:
-            prompt = body.get("prompt", "")
-            texts = [prompt] if isinstance(prompt, str) else prompt
-            if not isinstance(texts, list) or not texts or not all(isinstance(t, str) for t in texts):
-                raise ApiError(400, "prompt must be a string or a non-empty list of strings", "prompt")
+    def _prompts(self, req, chat: bool) -> list[tuple[list[int], str | None]]:
+        """Each prompt's token ids, and its text when it came as text."""
+        texts = [chat_prompt(req.messages, self.chat_template)] if chat else req.prompts
         out = []
         for text in texts:
-            try:
-                ids = self.tokenizer.encode(text, allowed_special="all") if text else []
-            except AlilamaError as exc:
-                raise ApiError(400, f"the prompt cannot be encoded: {exc}", "prompt") from None
-            ids = ids or ([self.tokenizer.eot_id] if self.tokenizer.eot_id is not None else [])
+            if isinstance(text, list):
+                if max(text) >= self.model.config.vocab_size:
+                    raise ApiError(
+                        400, f"prompt token {max(text)} is outside this model's ids 0..{self.model.config.vocab_size - 1}",
+                        "prompt",
+                    )  # fmt: skip
+                ids, text = list(text), None
+            else:
+                try:
+                    ids = self.tokenizer.encode(text, allowed_special="all") if text else []
+                except AlilamaError as exc:
+                    raise ApiError(400, f"the prompt cannot be encoded: {exc}", "prompt") from None
+                ids = ids or ([self.tokenizer.eot_id] if self.tokenizer.eot_id is not None else [])
             if not ids:
                 raise ApiError(400, "the prompt is empty and the tokenizer has no end-of-text token", "prompt")
             if len(ids) > self.limits.max_prompt_tokens:
@@ -475,17 +538,44 @@ class Server:
                     f"the prompt has {len(ids)} tokens; this server accepts at most {self.limits.max_prompt_tokens}",
                     "prompt",
                 )
-            out.append(ids)
+            out.append((ids, text))
         return out
 
-    def _jobs(self, prompts: list[list[int]], settings: SamplingSettings, n: int, logprobs: int | None) -> list[Job]:
+    def _echo(self, ids: list[int], text: str | None) -> str:
+        """The text a prompt is echoed as: its own, or its ids' bytes decoded."""
+        if text is not None:
+            return text
+        return b"".join(token_bytes(self.tokenizer, t) for t in ids).decode("utf-8", errors="replace")
+
+    def _jobs(self, prompts, settings: SamplingSettings, n: int, logprobs: int | None) -> list[Job]:
         loop = asyncio.get_running_loop()
         jobs = []
-        for ids in prompts:
+        for ids, _ in prompts:
             for i in range(n):  # choice i of a seeded request uses seed + i, as `alilama generate --num-samples`
                 seeded = replace(settings, seed=None if settings.seed is None else settings.seed + i)
                 jobs.append(Job(ids, seeded, loop, asyncio.Queue(), logprobs))
         return jobs
+
+
+async def _unless_gone(request, work):
+    """The result of ``work``, or ``ClientGone`` as soon as the client disconnects (``work`` is cancelled)."""
+    task = asyncio.ensure_future(work)
+
+    async def gone() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    watcher = asyncio.ensure_future(gone())
+    try:
+        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if task in done:
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+    raise ClientGone
 
 
 @dataclass
@@ -498,10 +588,12 @@ class _Reply:
     chat: bool
     prompt_tokens: int
     n: int
+    echoes: list[str | None]
+    """Per job: the prompt's text to send before its completion (``echo``), or ``None``."""
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:24])
 
     def __post_init__(self) -> None:
-        self.choices = [Choice(self.server.tokenizer, self.stop) for _ in self.jobs]
+        self.choices = [Choice(self.server.tokenizer, self.stop, echo) for echo in self.echoes]
         self.created = int(time.time())
         self.kind = "chat.completion" if self.chat else "text_completion"
 
@@ -513,7 +605,7 @@ class _Reply:
     async def _next(self, i: int) -> str:
         event = await self.jobs[i].events.get()
         if event.finish_reason == "error":
-            raise ApiError(500, "the model failed on this request", kind="server_error")
+            raise ApiError.of(event.error)
         try:
             piece = self.choices[i].add(event)
         except Exception:  # a bug must reach the client as a JSON error, not a cut connection
@@ -527,10 +619,13 @@ class _Reply:
         return token_bytes(self.server.tokenizer, token).decode("utf-8", errors="replace")
 
     def _logprobs(self, choice: Choice, start: int = 0) -> dict | None:
-        """OpenAI's ``logprobs`` object for ``choice``'s tokens from ``start`` (``None``: not asked for)."""
+        """OpenAI's ``logprobs`` object for ``choice``'s scored tokens from ``start`` (``None``: not asked for).
+
+        Completions with ``echo``: the prompt's tokens come first, the first with ``null`` scores.
+        """
         if self.jobs[0].logprobs is None:
             return None
-        rows = choice.scores[start:]
+        rows = choice.rows[start:]
         if self.chat:
 
             def entry(token: int, logprob: float) -> dict:
@@ -538,14 +633,14 @@ class _Reply:
                 return {"token": text, "logprob": logprob, "bytes": list(token_bytes(self.server.tokenizer, token))}
 
             return {"content": [entry(t, lp) | {"top_logprobs": [entry(a, b) for a, b in top]} for t, lp, top in rows]}
-        offsets, at = [], len("".join(self._token_text(t) for t, _, _ in choice.scores[:start]))
+        offsets, at = [], len("".join(self._token_text(t) for t, _, _ in choice.rows[:start]))
         for t, _, _ in rows:
             offsets.append(at)
             at += len(self._token_text(t))
         return {
             "tokens": [self._token_text(t) for t, _, _ in rows],
             "token_logprobs": [lp for _, lp, _ in rows],
-            "top_logprobs": [{self._token_text(a): b for a, b in top} for _, _, top in rows],
+            "top_logprobs": [None if top is None else {self._token_text(a): b for a, b in top} for _, _, top in rows],
             "text_offset": offsets,
         }
 
@@ -567,7 +662,7 @@ class _Reply:
                 choices.append({"index": i, "message": {"role": "assistant", "content": c.text},
                                 "finish_reason": c.finish_reason, "logprobs": self._logprobs(c)})  # fmt: skip
             else:
-                choices.append({"index": i, "text": c.text, "finish_reason": c.finish_reason,
+                choices.append({"index": i, "text": c.whole_text, "finish_reason": c.finish_reason,
                                 "logprobs": self._logprobs(c)})  # fmt: skip
         return {"id": self._id(), "object": self.kind, "created": self.created, "model": self.server.model_id,
                 "choices": choices, "usage": self._usage()}  # fmt: skip
@@ -578,7 +673,7 @@ class _Reply:
     def _chunk(self, i: int, piece: str, finish: str | None, first: bool = False) -> str:
         c = self.choices[i]
         logprobs = None if first else self._logprobs(c, c.unsent)
-        c.unsent = len(c.scores)
+        c.unsent = len(c.rows)
         if self.chat:
             delta = ({"role": "assistant", "content": ""} if first else {}) | ({"content": piece} if piece else {})
             choice = {"index": i, "delta": delta, "finish_reason": finish, "logprobs": logprobs}
@@ -631,7 +726,52 @@ def serve(loaded, model_id: str, host: str, port: int, limits: Limits, api_key: 
     from alilama_core.engine.chat import run_template
 
     server = Server(loaded, model_id, limits, api_key, run_template(loaded.path))
-    uvicorn.run(server.app(), host=host, port=port, log_level="warning", timeout_graceful_shutdown=1)
+    uvicorn.run(
+        server.app(),
+        host=host,
+        port=port,
+        log_level="warning",
+        timeout_graceful_shutdown=1,
+        http=_timed_protocol(limits.body_seconds),
+    )
+
+
+def _timed_protocol(seconds: float):
+    """uvicorn's HTTP/1.1 protocol, closing a connection that sends no whole request head within ``seconds``.
+
+    uvicorn times out an idle connection only between requests, and any byte resets that timer; a
+    client that connects and sends nothing, or half a head a byte at a time (slowloris), would hold
+    its connection for good.
+    """
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class TimedH11Protocol(H11Protocol):
+        head_timer = None
+
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self._arm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._arm()  # the next request's head has the same time
+
+        def connection_lost(self, exc) -> None:
+            if self.head_timer is not None:
+                self.head_timer.cancel()
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            if self.head_timer is not None:
+                self.head_timer.cancel()
+            self.head_timer = self.loop.call_later(seconds, self._no_head)
+
+        def _no_head(self) -> None:
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                self.transport.close()
+
+    return TimedH11Protocol
 
 
 # -- alilama chat: the same engine in a terminal ----------------------------------------------------

@@ -106,10 +106,11 @@ def task_config(cfg, task: str | None, resume: bool, overrides: list[str] | None
     """Fit ``cfg`` to its task: ``task.name``, the vocabulary's size and (unless overridden) the context.
 
     The context is set to the longest training example, so a learned position
-    table covers exactly the trained positions.
+    table covers exactly the trained positions; an example longer than
+    ``MAX_TASK_CONTEXT`` positions is refused first.
     """
     from alilama_core.contracts.task import parse_lengths
-    from alilama_core.runs.tasks import get_task
+    from alilama_core.runs.tasks import check_lengths, check_task_context, get_task
 
     if task:
         if resume and task != cfg.task.name:
@@ -119,8 +120,9 @@ def task_config(cfg, task: str | None, resume: bool, overrides: list[str] | None
     built = get_task(cfg.task.name, cfg.task.options)
     if resume:
         return cfg
-    hi = parse_lengths(cfg.task.lengths)[1]
-    need = built.sequence_length(hi) - 1
+    lengths = parse_lengths(cfg.task.lengths)
+    check_lengths(built, lengths)
+    hi, need = lengths[1], check_task_context(built, lengths)  # before the context is set to it
     vocab = len(built.vocabulary())
     if cfg.model.vocab_size != vocab:
         echo(f"model.vocab_size set to the task's {vocab} symbols", highlight=False)
@@ -166,7 +168,7 @@ def task_eval(
     cfg = cfgmod.load(path / "config.yaml")
     run_task(run, cfg, task)  # a text run, or another task, is refused before the weights load
     lo, hi = parse_lengths(cfg.task.lengths)
-    wanted = parse_length_list(lengths) if lengths else [hi, 2 * hi, 4 * hi]
+    wanted = parse_length_list(lengths) if lengths is not None else [hi, 2 * hi, 4 * hi]
     if examples < 1:
         raise AlilamaError(f"--examples must be positive, got {examples}")
     built = get_task(cfg.task.name, cfg.task.options)

@@ -133,8 +133,11 @@ class TrainConfig:
     decay_share: float = 0.2
     """With ``train.schedule=wsd``: the share of training spent decaying."""
     optimizer: str = "adamw"
-    """``adamw`` for every weight, or ``muon``: Muon (``torch.optim.Muon``, orthogonalised momentum) for the
-    blocks' matrices and AdamW for the embeddings, norms and biases, as the nanoGPT speedrun does."""
+    """A registered optimizer (``alilama plugins``): ``adamw`` for every weight, or ``muon``: Muon
+    (``torch.optim.Muon``, orthogonalised momentum) for the blocks' matrices and AdamW for the embeddings,
+    norms and biases, as the nanoGPT speedrun does; a plugin's (``contracts.optimizer``) by its name."""
+    optimizer_options: dict[str, Any] = field(default_factory=dict)
+    """The optimizer's own settings (see its ``defaults``), e.g. ``{beta2: 0.98}``; unknown keys are an error."""
     muon_lr: float = 0.02
     """With ``train.optimizer=muon``: Muon's peak learning rate (the schedule scales it as it scales ``lr``)."""
     muon_momentum: float = 0.95
@@ -214,8 +217,13 @@ class TrainConfig:
             raise ConfigError(f"train.schedule must be cosine or wsd, got {self.schedule!r}")
         if not 0 < self.decay_share <= 1:
             raise ConfigError(f"train.decay_share must be in (0, 1], got {self.decay_share} (e.g. 0.2)")
-        if self.optimizer not in ("adamw", "muon"):
-            raise ConfigError(f"train.optimizer must be adamw or muon, got {self.optimizer!r}")
+        if not isinstance(self.optimizer, str) or not self.optimizer:
+            raise ConfigError(f"train.optimizer must name a registered optimizer, e.g. adamw, got {self.optimizer!r}")
+        if not isinstance(self.optimizer_options, dict):
+            raise ConfigError(
+                f"train.optimizer_options must be a mapping of the optimizer's settings, e.g. "
+                f"train.optimizer_options.beta2=0.98, got {self.optimizer_options!r}"
+            )
         if self.muon_lr <= 0 or not 0 <= self.muon_momentum < 1:
             raise ConfigError(
                 f"need train.muon_lr > 0 and 0 <= train.muon_momentum < 1, got {self.muon_lr}, {self.muon_momentum}"

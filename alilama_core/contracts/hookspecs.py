@@ -48,5 +48,10 @@ def register_loggers(register):
 
 
 @hookspec
+def register_optimizers(register):
+    """Register optimizers: ``register(name, cls)``, cls an ``OptimizerFactory`` subclass (``contracts.optimizer``)."""
+
+
+@hookspec
 def register_commands(app):
     """Add commands or sub-apps to the ``alilama`` typer app."""

@@ -39,6 +39,7 @@ DEFAULTS: dict[str, int] = {
     "MAX_CONTEXT_LENGTH": 1 << 20,
     # Algorithmic tasks: training lengths, validation and test sets.
     "MAX_TASK_LENGTH": 8192,
+    "MAX_TASK_CONTEXT": 2048,  # positions of a task's longest training example: attention grows as its square
     "MAX_TASK_EXAMPLES": 65_536,
     "MAX_EVAL_LENGTHS": 64,
     "MAX_EVAL_TOKENS": 1 << 26,

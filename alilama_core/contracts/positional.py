@@ -19,16 +19,32 @@ class PositionalScheme(nn.Module):
     """How a model knows where a token is. A scheme declares one ``kind``:
 
     - ``"bias"``: an additive attention bias ``bias(q_pos, k_pos) -> (H, T, S)``
-      (ALiBi). A bias that is ``-slope_h * (q - k)`` also returns its per-head
-      ``slopes()`` so kernels that take slopes (flash-attn, FlexAttention) never
-      build the dense bias.
+      (ALiBi), a function of ``q_pos - k_pos`` alone (see below). A bias that is
+      ``-slope_h * (q - k)`` also returns its per-head ``slopes()`` so kernels
+      that take slopes (flash-attn, FlexAttention) never build the dense bias.
     - ``"rotary"``: ``rotate(x, positions)`` turns q and k (RoPE).
     - ``"embedding"``: ``embed(positions) -> (T, C)`` is added to the token embeddings.
     - ``"none"``: nothing (NoPE; the causal mask alone carries order).
 
     Positions are absolute token indices, so a query block that follows a KV
-    cache of length ``n`` has positions ``n .. n+T-1``. Worked example, a bias
-    scheme that penalises distance with one fixed slope for every head::
+    cache of length ``n`` has positions ``n .. n+T-1``.
+
+    Positions in a batch. In a left-padded batch (``generate`` with several
+    prompts, ``alilama serve``) each row has its own positions, 0 at its first
+    real token. ``rotate`` and ``embed`` receive them as ``(B, T)`` and must
+    use each row's own. ``bias`` is computed once for the whole batch (and
+    shared by every layer, and kept between passes), from the batch's columns
+    ``0 .. S-1``: each row's positions are those columns shifted by its
+    padding. So a bias must be a function of the distance ``q_pos - k_pos``
+    alone: then the shift cancels and every row gets exactly what it gets
+    alone. A bias that reads an absolute position (FIRE's normalisation by the
+    query's position), the number of keys, or anything else is wrong in a
+    batch; absolute positions belong in a rotary or embedding scheme. The
+    conformance kit checks this rule up to 200 positions (``positions per
+    row``) and runs every scheme in a padded batch (``padded batch == alone``).
+
+    Worked example, a bias scheme that penalises distance with one fixed slope
+    for every head::
 
         class Linear(PositionalScheme):
             kind = "bias"
@@ -85,15 +101,21 @@ class PositionalScheme(nn.Module):
         return None
 
     def embed(self, positions: Tensor) -> Tensor:
-        """``(T,)`` or ``(B, T)`` positions to ``(T, C)`` or ``(B, T, C)`` embeddings."""
+        """``(T,)`` or ``(B, T)`` positions to ``(T, C)`` or ``(B, T, C)`` embeddings (row ``b`` from ``positions[b]``)."""
         raise NotImplementedError(f"{type(self).__name__} is not an embedding scheme")
 
     def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
-        """Rotate ``x`` of shape ``(B, H, T, D)`` for ``(T,)`` or per-row ``(B, T)`` positions."""
+        """Rotate ``x`` of shape ``(B, H, T, D)`` for ``(T,)`` or per-row ``(B, T)`` positions (row ``b`` by ``positions[b]``)."""
         raise NotImplementedError(f"{type(self).__name__} is not a rotary scheme")
 
     def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        """Additive attention bias of shape ``(H, T, S)`` for ``(T,)`` and ``(S,)`` positions."""
+        """Additive attention bias of shape ``(H, T, S)`` for ``(T,)`` and ``(S,)`` positions.
+
+        A function of ``q_pos[:, None] - k_pos[None, :]`` alone: the positions are
+        the batch's columns, which in a left-padded batch are each row's positions
+        shifted by its padding (see the class docstring). Only keys at or before
+        their query (``k <= q``) are ever seen.
+        """
         raise NotImplementedError(f"{type(self).__name__} is not a bias scheme")
 
     def slopes(self) -> Tensor | None:

@@ -66,6 +66,43 @@ class Event:
     """The token's log-probability under the model (before temperature, top-k and top-p), if asked for."""
     top: list[tuple[int, float]] | None = None
     """The likeliest tokens and their log-probabilities, if asked for."""
+    prompt: list[TokenScore] | None = None
+    """On a sequence's first event, when ``join`` was asked to ``echo``: the prompt's own scores."""
+    error: Exception | None = None
+    """Why a sequence failed (``finish_reason == "error"``); the other sequences go on."""
+
+
+@dataclass
+class TokenScore:
+    """One token of a text and its log-probability under the model given what came before it."""
+
+    token: int
+    logprob: float | None
+    """``None`` for a text's first token: nothing came before it."""
+    top: list[tuple[int, float]]
+    """The ``k`` likeliest tokens at that place and their log-probabilities (empty for the first token)."""
+
+
+def score_tokens(logits: Tensor, ids: list[int], top: int) -> list[TokenScore]:
+    """Each of ``ids`` scored by ``(T, V)`` logits of the same text (row ``t`` predicts ``ids[t + 1]``).
+
+    >>> [s.logprob for s in score_tokens(torch.zeros(3, 4), [1, 2, 3], 0)]   # a uniform model over 4 ids
+    [None, -1.3862943649291992, -1.3862943649291992]
+    """
+    logp = logits.float().log_softmax(-1)  # (T, V)
+    scores = [TokenScore(ids[0], None, [])]
+    for t in range(1, len(ids)):
+        best = logp[t - 1].topk(top) if top else None
+        alternatives = [] if best is None else [(int(i), float(v)) for v, i in zip(best.values, best.indices)]
+        scores.append(TokenScore(ids[t], float(logp[t - 1, ids[t]]), alternatives))
+    return scores
+
+
+@torch.no_grad()
+def score_prompt(model: GPT, ids: list[int], top: int) -> list[TokenScore]:
+    """The log-probability of each token of ``ids`` after the ones before it (one forward pass)."""
+    device = next(model.parameters()).device
+    return score_tokens(model(torch.tensor([ids], dtype=torch.long, device=device))[0], ids, top)
 
 
 class ContinuousBatch:
@@ -94,15 +131,23 @@ class ContinuousBatch:
 
     @torch.no_grad()
     def join(
-        self, prompt: list[int], settings: SamplingSettings, logprobs: int | None = None, ignore_eos: bool = False
+        self,
+        prompt: list[int],
+        settings: SamplingSettings,
+        logprobs: int | None = None,
+        ignore_eos: bool = False,
+        echo: bool = False,
     ) -> tuple[int, Event]:
         """Add a sequence: prefill ``prompt`` alone, sample its first token; ``(handle, that first event)``.
 
         ``logprobs``: each event then carries the token's log-probability and the ``logprobs``
         likeliest tokens with theirs (0: the token's alone). ``ignore_eos``: end-of-text is a token like
-        any other for this sequence.
+        any other for this sequence. ``echo`` (with ``logprobs``): the first event also carries the
+        prompt's own scores (``score_tokens``), from the same prefill. Nothing is changed when it fails.
         """
-        settings.validate()
+        settings.validate(self.model.config.vocab_size)
+        if any(not 0 <= t < self.model.config.vocab_size for t in prompt):
+            raise ConfigError(f"a prompt token id is outside this model's 0..{self.model.config.vocab_size - 1}")
         if not prompt:
             raise ConfigError("a prompt needs at least one token (encode an empty prompt as the EOT token)")
         if settings.max_new_tokens < 1:
@@ -121,7 +166,10 @@ class ContinuousBatch:
         generator.manual_seed(settings.seed) if settings.seed is not None else generator.seed()
         own = KVCache(capacity=len(prompt))
         ids = torch.tensor([prompt], dtype=torch.long, device=self.device)
-        logits = self.model(ids, cache=own, logits_to_keep=1)[:, -1]  # (1, V)
+        scored = echo and logprobs is not None
+        logits = self.model(ids, cache=own, logits_to_keep=0 if scored else 1)  # (1, T or 1, V)
+        prompt_scores = score_tokens(logits[0], prompt, logprobs or 0) if scored else None
+        logits = logits[:, -1]  # (1, V)
         row = min(set(range(self.rows)) - {s.row for s in self.live.values()})
         limit = settings.max_new_tokens if room is None else min(settings.max_new_tokens, room)
         seq = Sequence(
@@ -130,7 +178,9 @@ class ContinuousBatch:
         self._next_handle += 1
         self._place(seq, own)
         self.live[seq.handle] = seq
-        return seq.handle, self._sampled(seq, logits)
+        event = self._sampled(seq, logits)
+        event.prompt = prompt_scores
+        return seq.handle, event
 
     def leave(self, handle: int) -> None:
         """Drop a sequence (its caller stopped listening); its row is free at once. Unknown handles are ignored."""
@@ -164,11 +214,23 @@ class ContinuousBatch:
     # -- inside -------------------------------------------------------------------------------------
 
     def _sampled(self, seq: Sequence, logits: Tensor) -> Event:
-        """Sample ``seq``'s next token from ``(1, V)`` logits; end it where it is done."""
-        history = None
+        """Sample ``seq``'s next token from ``(1, V)`` logits; end it where it is done.
+
+        A failure here (a model that gives no numbers, say) ends ``seq`` alone, with an ``"error"`` event.
+        """
+        try:
+            return self._sample(seq, logits)
+        except Exception as exc:  # one sequence's failure is its own: the batch goes on
+            self.live.pop(seq.handle, None)
+            return Event(seq.handle, None, "error", error=exc)
+
+    def _sample(self, seq: Sequence, logits: Tensor) -> Event:
+        history = generated = None
         if seq.settings.repetition_penalty:
             history = torch.tensor([seq.prompt + seq.new], dtype=torch.long, device=self.device)
-        token = int(next_token(logits, seq.settings, history, seq.generator)[0])
+        if seq.settings.penalised:
+            generated = torch.tensor([seq.new], dtype=torch.long, device=self.device)
+        token = int(next_token(logits, seq.settings, history, seq.generator, generated)[0])
         scores: dict = {}
         if seq.logprobs is not None:
             logp = logits[0].float().log_softmax(-1)

@@ -13,6 +13,7 @@ end-of-text token, at a stop string, or after ``max_new_tokens``::
 from __future__ import annotations
 
 import codecs
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -23,45 +24,96 @@ from alilama_core.contracts.errors import ConfigError
 from alilama_core.engine.model import GPT, KVCache
 
 
+MIN_TEMPERATURE = 1e-5
+"""The smallest temperature that samples (0 is greedy): below it a float32 division by it is no number."""
+MAX_SEED = 2**63 - 1
+"""Seeds are 0..MAX_SEED (a torch generator takes 64 bits; a signed one is what every caller can hold)."""
+MAX_PENALTY = 2.0
+"""``presence_penalty`` and ``frequency_penalty`` lie in [-MAX_PENALTY, MAX_PENALTY] (OpenAI's range)."""
+MAX_LOGIT_BIAS = 100.0
+"""A ``logit_bias`` value lies in [-MAX_LOGIT_BIAS, MAX_LOGIT_BIAS]: -100 bans a token, 100 forces it."""
+
+
 @dataclass
 class SamplingSettings:
     max_new_tokens: int = 100
     temperature: float = 1.0
-    """Logits are divided by it; 0 means greedy."""
+    """Logits are divided by it; 0 means greedy, otherwise at least ``MIN_TEMPERATURE``."""
     top_k: int | None = None
     top_p: float | None = None
     repetition_penalty: float | None = None
     """CTRL-style: logits of tokens already in the sequence are divided (if > 0) or multiplied by it."""
+    presence_penalty: float = 0.0
+    """Subtracted once from the logit of every token already generated (OpenAI's ``presence_penalty``)."""
+    frequency_penalty: float = 0.0
+    """Subtracted from a token's logit once per time it was already generated (OpenAI's ``frequency_penalty``)."""
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    """Added to the logits of these token ids before sampling, greedy included (OpenAI's ``logit_bias``)."""
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
     use_cache: bool = True
 
-    def validate(self) -> "SamplingSettings":
+    def validate(self, vocab_size: int | None = None) -> "SamplingSettings":
+        """Every setting in its range, or ``ConfigError`` naming it (``vocab_size``: also the logit_bias ids)."""
+        for name in ("temperature", "top_p", "repetition_penalty", "presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):
+                raise ConfigError(f"{name} must be a finite number, got {value}")
         if self.max_new_tokens < 0:
             raise ConfigError(f"max_new_tokens must be >= 0, got {self.max_new_tokens}")
-        if self.temperature < 0:
-            raise ConfigError(f"temperature must be >= 0 (0 is greedy), got {self.temperature}")
+        if self.temperature < 0 or 0 < self.temperature < MIN_TEMPERATURE:
+            raise ConfigError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE}, got {self.temperature}")
         if self.top_k is not None and self.top_k < 1:
             raise ConfigError(f"top_k must be >= 1, got {self.top_k}")
         if self.top_p is not None and not 0 < self.top_p <= 1:
             raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.repetition_penalty is not None and self.repetition_penalty <= 0:
             raise ConfigError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if not -MAX_PENALTY <= getattr(self, name) <= MAX_PENALTY:
+                raise ConfigError(f"{name} must be between {-MAX_PENALTY} and {MAX_PENALTY}, got {getattr(self, name)}")
+        for token, bias in self.logit_bias.items():
+            if token < 0 or (vocab_size is not None and token >= vocab_size):
+                raise ConfigError(f"logit_bias names token {token}; this model's ids are 0..{(vocab_size or 1) - 1}")
+            if not math.isfinite(bias) or abs(bias) > MAX_LOGIT_BIAS:
+                raise ConfigError(f"logit_bias values must be between -100 and 100, got {bias} for token {token}")
+        if self.seed is not None and not 0 <= self.seed <= MAX_SEED:
+            raise ConfigError(f"seed must be between 0 and 2**63-1, got {self.seed}")
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise ConfigError("a stop string must not be empty (it would stop before the first token); drop --stop ''")
         return self
 
+    @property
+    def penalised(self) -> bool:
+        """Whether sampling needs the tokens generated so far (presence or frequency penalty)."""
+        return bool(self.presence_penalty or self.frequency_penalty)
 
-def next_token(logits: Tensor, settings: SamplingSettings, history: Tensor | None, generator) -> Tensor:
-    """Pick one token per row from ``(B, V)`` logits."""
+
+def next_token(
+    logits: Tensor, settings: SamplingSettings, history: Tensor | None, generator, generated: Tensor | None = None
+) -> Tensor:
+    """Pick one token per row from ``(B, V)`` logits.
+
+    ``history`` (``(B, S)``, prompt and output) feeds the repetition penalty; ``generated`` (``(B, G)``,
+    the output alone) the presence and frequency penalties, as vLLM applies OpenAI's. In order:
+    ``logit_bias``, the penalties, then greedy, or temperature, top-k, top-p and a draw.
+    """
     logits = logits.float()
+    if settings.logit_bias:
+        ids = torch.tensor(list(settings.logit_bias), dtype=torch.long, device=logits.device)
+        bias = torch.tensor(list(settings.logit_bias.values()), dtype=logits.dtype, device=logits.device)
+        logits = logits.index_add(1, ids, bias.expand(logits.size(0), -1))
     if settings.repetition_penalty and history is not None and history.numel():
         seen = torch.gather(logits, 1, history)  # (B, S)
         penalised = torch.where(seen > 0, seen / settings.repetition_penalty, seen * settings.repetition_penalty)
         logits = logits.scatter(1, history, penalised)
+    if settings.penalised and generated is not None and generated.numel():
+        counts = torch.zeros_like(logits).scatter_add_(1, generated, torch.ones_like(generated, dtype=logits.dtype))
+        logits = logits - counts * settings.frequency_penalty - (counts > 0) * settings.presence_penalty  # (B, V)
     if settings.temperature == 0:
         return logits.argmax(dim=-1)  # (B,)
-    logits = logits / settings.temperature
+    # the largest logit becomes 0 first, so a small temperature sends the rest to -inf, never to a NaN
+    logits = (logits - logits.amax(dim=-1, keepdim=True)) / settings.temperature
     if settings.top_k is not None and settings.top_k < logits.size(-1):
         kth = torch.topk(logits, settings.top_k, dim=-1).values[:, -1:]  # (B, 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -98,7 +150,7 @@ def generate_stream(
     Rows that have finished keep yielding ``eot_id`` (or their last token);
     ``generate`` trims them.
     """
-    settings.validate()
+    settings.validate(model.config.vocab_size)
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ConfigError("every prompt needs at least one token (encode an empty prompt as the EOT token)")
     device = next(model.parameters()).device
@@ -143,7 +195,8 @@ def generate_stream(
             logits_to_keep=1,
         )[:, -1]  # (B, V)
         history = seq[:, :length] if settings.repetition_penalty else None
-        token = next_token(logits, settings, history, generator)  # (B,)
+        generated = seq[:, width:length] if settings.penalised else None
+        token = next_token(logits, settings, history, generator, generated)  # (B,)
         if eot_id is not None:
             token = torch.where(done, torch.full_like(token, eot_id), token)
             done |= token == eot_id

@@ -51,6 +51,7 @@ HOOKS: dict[str, str] = {
     "trainer": "register_trainers",
     "task": "register_tasks",
     "logger": "register_loggers",
+    "optimizer": "register_optimizers",
 }
 """Plugin kind -> the ``register_*`` hook that fills its name table."""
 KINDS = tuple(HOOKS)
@@ -394,6 +395,26 @@ def get_attention(name: str) -> Any:
 
 def get_trainer(name: str) -> Any:
     return get_registry().get("trainer", name)
+
+
+def get_optimizer(name: str) -> Any:
+    return get_registry().get("optimizer", name)
+
+
+def optimizer_for(train: Any) -> Any:
+    """The ``OptimizerFactory`` that ``train.optimizer`` names, set up with ``train.optimizer_options``
+    (``contracts.optimizer``): an unknown name raises ``UnknownPluginError`` listing the registered
+    ones, an unknown option ``ConfigError``, before any model is built."""
+    from alilama_core.contracts.optimizer import optimizer_factory
+
+    return optimizer_factory(get_optimizer(train.optimizer), train.optimizer)(train)
+
+
+def build_optimizer(model: Any, train: Any) -> Any:
+    """The optimiser ``train.optimizer`` names for ``model``'s trainable parameters (see ``optimizer_for``)."""
+    from alilama_core.contracts.optimizer import ModelParameters
+
+    return optimizer_for(train).build(ModelParameters.of(model))
 
 
 def register_plugin(plugin: object, name: str | None = None) -> str:

@@ -25,7 +25,8 @@ becomes a strict expected failure::
 ``check_positional_scheme`` and ``check_attention_backend`` build tiny models
 on the CPU (a second or two); ``check_tokenizer`` trains on a few lines;
 ``check_trainer`` trains a tiny model for a few steps on a prepared data folder;
-``check_logger`` runs a logger through a run, an interrupted and resumed one, and an evaluation.
+``check_logger`` runs a logger through a run, an interrupted and resumed one, and an evaluation;
+``check_optimizer`` trains a tiny model with an optimizer, restores its state and resumes a run.
 The built-in plugins pass every check in Alilama's own test suite.
 """
 
@@ -39,6 +40,7 @@ from alilama_core.kit.common import (
     tiny_model_config,
 )
 from alilama_core.kit.logger import check_logger, logger_checks
+from alilama_core.kit.optimizer import check_optimizer, optimizer_checks
 from alilama_core.kit.positional import check_positional_scheme, positional_checks
 from alilama_core.kit.task import check_task, task_checks
 from alilama_core.kit.tokenizer import check_tokenizer, tokenizer_checks
@@ -50,11 +52,13 @@ __all__ = [
     "attention_checks",
     "check_attention_backend",
     "check_logger",
+    "check_optimizer",
     "check_positional_scheme",
     "check_task",
     "check_tokenizer",
     "check_trainer",
     "logger_checks",
+    "optimizer_checks",
     "parametrize_with_checks",
     "positional_checks",
     "registered",

@@ -9,14 +9,17 @@ from alilama_core.contracts.attention import AttentionBackend, attention_backend
 from alilama_core.engine.model import KVCache, build_model
 from alilama_core.engine.registry import get_attention, get_positional
 from alilama_core.kit.common import (
+    KIT_CONTEXT,
     Check,
     _check_twins,
     _cpu_backends,
     _fail,
+    _padded_batch_error,
     _replace,
     _scope,
     _scoped,
     _twins,
+    prompt_lengths,
     run_checks,
     tiny_model_config,
 )
@@ -39,7 +42,9 @@ def check_attention_backend(
     """Check a registered attention backend against eager on every scheme it supports (CPU, float32).
 
     Forward logits and gradients of a tiny model, a KV cache (prompt then single
-    tokens), and a left-padded batch when it declares ``padding``; a backend
+    tokens), and, when it declares ``padding``, a left-padded batch of 64- and
+    200-token prompts (prefilled, then decoded with a KV cache) that must give
+    each prompt what eager gives it alone; a backend
     that cannot run here (``check()``) is reported, not failed. ``options``: its
     ``model.attention_options``.
 
@@ -80,7 +85,7 @@ def attention_checks(
         unavailable = info.available()
         runs = {}
         for scheme in schemes:
-            config = tiny_model_config(positional=scheme)
+            config = tiny_model_config(positional=scheme, context_length=KIT_CONTEXT)
             if unavailable is not None:
                 runs[scheme] = (config, unavailable)
             elif not info.supports(get_positional(scheme)) or (
@@ -115,15 +120,15 @@ def attention_checks(
                         what,
                         f"KV-cache decoding with {scheme!r} differs from eager (max {(cached - want).abs().max():.2e})",
                     )
-                if info.padding:
-                    mask = torch.ones(2, 12, dtype=torch.bool)
-                    mask[0, :3] = False  # row 0 is left-padded by 3
-                    p_ref, p_other = ref(x, key_padding_mask=mask), other(x, key_padding_mask=mask)
-                    if (
-                        not torch.allclose(p_ref[0, 3:], p_other[0, 3:], atol=1e-4, rtol=1e-4)
-                        or not torch.isfinite(p_other).all()
-                    ):
-                        raise _fail(what, f"a left-padded batch with {scheme!r} differs from eager")
+            lengths = prompt_lengths(ref.positional.max_positions)
+            if info.padding and lengths is not None:
+                if (where := _padded_batch_error(other, reference=ref, lengths=lengths)) is not None:
+                    raise _fail(
+                        what,
+                        f"with {scheme!r}, a left-padded batch (key_padding_mask, per-row position_ids, a KV cache) "
+                        f"differs from eager on each prompt alone: {where}; padded keys (key_padding_mask False) "
+                        "must be hidden from every query of their row, and nothing else",
+                    )
 
         return check
 

@@ -186,6 +186,78 @@ def tiny_model_config(**overrides: Any):
     return ModelConfig(**{**base, **overrides})
 
 
+PROMPT_LENGTHS = (64, 200)
+"""The prompts of a padded batch the kit checks: as long as real prompts, far past a 12-token probe."""
+DECODE_STEPS = 3
+"""Tokens the kit decodes with a KV cache after a padded batch's prompts."""
+KIT_CONTEXT = 256
+"""``context_length`` of the positional and attention kits' models: a table scheme (learned) covers the
+longest prompt and its decoded tokens."""
+
+
+def prompt_lengths(limit: int | None) -> tuple[int, ...] | None:
+    """``PROMPT_LENGTHS``, cut so that the prompts and ``DECODE_STEPS`` fit in ``limit`` positions (``None``: any).
+
+    ``None`` when fewer than two different lengths fit.
+    """
+    if limit is None or limit >= PROMPT_LENGTHS[-1] + DECODE_STEPS:
+        return PROMPT_LENGTHS
+    longest = limit - DECODE_STEPS
+    return (longest // 3, longest) if longest >= 3 else None
+
+
+def _padded_batch_error(model, reference=None, lengths: tuple[int, ...] = PROMPT_LENGTHS) -> str | None:
+    """Where a left-padded batch differs from each of its prompts alone (``None``: nowhere).
+
+    Prompts of ``lengths`` tokens, shortest first so that row 0 is the padded one,
+    are batched as ``generate_stream`` and ``alilama serve`` batch them: left-padded,
+    the padding hidden by ``key_padding_mask``, each row given its own
+    ``position_ids`` (0 at its first real token). The batch is prefilled into a
+    ``KVCache`` and decodes ``DECODE_STEPS`` more tokens; every logit must be
+    finite, padding included, and those of every real token must be what
+    ``reference`` (default: ``model``) gives for the row's tokens alone, in one
+    pass without padding.
+    """
+    import torch
+
+    from alilama_core.engine.model import KVCache
+
+    reference = model if reference is None else reference
+    model.eval()
+    reference.eval()
+    rows, width = len(lengths), max(lengths)
+    generator = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, model.config.vocab_size, (rows, width + DECODE_STEPS), generator=generator)
+    ids = torch.zeros(rows, width, dtype=torch.long)
+    mask = torch.zeros(rows, width, dtype=torch.bool)  # True on real tokens
+    for row, n in enumerate(lengths):
+        ids[row, width - n :], mask[row, width - n :] = tokens[row, :n], True
+    positions = (mask.long().cumsum(dim=1) - 1).clamp(min=0)  # (rows, width): each row's own, from 0
+    cache = KVCache()
+    with torch.no_grad():
+        steps = [model(ids, cache=cache, key_padding_mask=mask, position_ids=positions)]
+        for step in range(DECODE_STEPS):
+            mask = torch.cat((mask, mask.new_ones(rows, 1)), dim=1)
+            positions = positions[:, -1:] + 1  # (rows, 1)
+            new = torch.stack([tokens[row, n + step] for row, n in enumerate(lengths)])[:, None]  # (rows, 1)
+            steps.append(model(new, cache=cache, key_padding_mask=mask, position_ids=positions))
+        batched = torch.cat(steps, dim=1)  # (rows, width + DECODE_STEPS, V)
+        if not torch.isfinite(batched).all():
+            return "it gives logits that are not finite (a padded query must still see its own key: never a fully hidden row)"
+        for row, n in enumerate(lengths):
+            alone = reference(tokens[row : row + 1, : n + DECODE_STEPS])[0]  # (n + DECODE_STEPS, V)
+            got = batched[row, width - n :]
+            if not torch.allclose(got, alone, atol=1e-4, rtol=1e-4):
+                diff = (got - alone).abs().amax(dim=-1)  # per token
+                at = int(diff.argmax())
+                where = f"prompt token {at}" if at < n else f"decode step {at - n + 1} (KV cache)"
+                return (
+                    f"row {row} ({n}-token prompt after {width - n} padding tokens), at {where}: "
+                    f"max |difference| {float(diff.max()):.2e}"
+                )
+    return None
+
+
 def _check_twins(what: str, ref, other, x, logits_differ: str, gradient_differs: Callable[[str], str]) -> None:
     """``other`` gives ``ref``'s logits on ``x`` and, after a backward pass, its parameter gradients."""
     import torch
@@ -217,10 +289,11 @@ def _replace(config, **changes):
     return dataclasses.replace(config, **changes)
 
 
-def _cpu_backends(config, training: bool, exact_only: bool = False) -> list[str]:
+def _cpu_backends(config, training: bool, exact_only: bool = False, padded: bool = False) -> list[str]:
     """Registered backends that can run ``config``'s scheme on the CPU here, routers excluded.
 
-    ``exact_only``: only those that declare exact attention (the ones to compare with eager).
+    ``exact_only``: only those that declare exact attention (the ones to compare with eager);
+    ``padded``: only those that take a key padding mask.
     """
     import torch
 
@@ -239,6 +312,7 @@ def _cpu_backends(config, training: bool, exact_only: bool = False) -> list[str]
             shape="short",
             kind=scheme.kind,
             has_slopes=scheme.has_slopes,
+            padded=padded,
             training=training,
         )
         if exact_only and not backend.exact:

@@ -53,9 +53,8 @@ def logger_checks(
     name, scope = _scope("logger", logger)
     what = f"logger {name!r}"
 
-    def cls() -> type[Logger]:
-        with scope():
-            target = get_registry().get("logger", name)
+    def cls() -> type[Logger]:  # built inside a check, where the name is registered already
+        target = get_registry().get("logger", name)
         if not (isinstance(target, type) and issubclass(target, Logger)):
             raise _fail(what, f"registered object {target!r} is not a Logger subclass")
         target.check_available()

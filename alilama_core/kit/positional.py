@@ -13,14 +13,19 @@ from alilama_core.engine.registry import get_positional
 from alilama_core.engine.validate import check_model
 from alilama_core.kit.attention import _with_backend
 from alilama_core.kit.common import (
+    KIT_CONTEXT,
+    PROMPT_LENGTHS,
     Check,
     Subject,
     _check_twins,
     _cpu_backends,
     _fail,
+    _padded_batch_error,
+    _replace,
     _scope,
     _scoped,
     _twins,
+    prompt_lengths,
     run_checks,
     tiny_model_config,
 )
@@ -37,10 +42,15 @@ def check_positional_scheme(
     """Check a positional scheme (a registered name, or a ``PositionalScheme`` subclass) against its contract.
 
     Shapes and dtypes of its kind's method, a bias that agrees with itself under
-    a cache offset and with ``slopes()``, cached against uncached logits,
-    gradients that reach its parameters (and a bias that follows them, in a
-    frozen model too: never stale), every available CPU backend against eager
-    (forward and gradients), save and load, and a clear error for an unknown option.
+    a cache offset and with ``slopes()``, positions per row (a bias that depends
+    on ``q - k`` only, ``rotate``/``embed`` that give each row of a batch its own
+    positions), cached against uncached logits, gradients that reach its
+    parameters (and a bias that follows them, in a frozen model too: never
+    stale), every available CPU backend against eager (forward and gradients), a
+    left-padded batch of 64- and 200-token prompts (prefilled, then decoded with
+    a KV cache) equal to each prompt alone on every backend that takes padding,
+    save and load, and a clear error for an unknown option. Positions are probed
+    up to 200, or to the scheme's ``max_positions``.
     Runs every check of ``positional_checks`` in order; returns the names of those run.
     """
     return run_checks(positional_checks(scheme, options=options, backends=backends, known_gaps=known_gaps))
@@ -60,15 +70,24 @@ def positional_checks(
     what = f"positional scheme {name!r}"
     with scope():
         cls = get_positional(name)
-        config = tiny_model_config(positional=name, positional_options=dict(options or {}))
+        cls_kind = getattr(cls, "kind", None)
+        config = tiny_model_config(positional=name, positional_options=dict(options or {}), context_length=KIT_CONTEXT)
+        padded_on = (
+            _cpu_backends(config, training=False, exact_only=True, padded=True) if backends is None else backends
+        )
+        padded_on = [config.attention, *(b for b in padded_on if b != config.attention)]
         if backends is None:
             backends = _cpu_backends(config, training=True, exact_only=True)
-        trainable = None
+        trainable, limit = None, None
         if isinstance(cls, type) and issubclass(cls, PositionalScheme):
             try:
-                trainable = any(p.requires_grad for p in cls(config).parameters())
+                built = cls(config)
+                trainable = any(p.requires_grad for p in built.parameters())
+                limit = built.max_positions
             except Exception:  # the checks that build it say what is wrong
                 trainable = None
+        lengths = prompt_lengths(limit)
+        probe = PROMPT_LENGTHS[-1] if limit is None else min(PROMPT_LENGTHS[-1], limit)  # positions probed
 
     def build_model_once():
         check_model(config)
@@ -91,15 +110,23 @@ def positional_checks(
         pos = subject.model.positional
         with torch.no_grad():
             if cls.kind == "bias":
-                full = pos.bias(torch.arange(9), torch.arange(9))
-                if tuple(full.shape) != (H, 9, 9) or not full.is_floating_point():
+                full = pos.bias(torch.arange(probe), torch.arange(probe))
+                if tuple(full.shape) != (H, probe, probe) or not full.is_floating_point():
                     raise _fail(
                         what,
-                        f"bias(q_pos, k_pos) must be a float (H, T, S) = ({H}, 9, 9) tensor, got {tuple(full.shape)} {full.dtype}",
+                        f"bias(q_pos, k_pos) must be a float (H, T, S) = ({H}, {probe}, {probe}) tensor, "
+                        f"got {tuple(full.shape)} {full.dtype}",
                     )
-                part = pos.bias(torch.arange(5, 9), torch.arange(9))  # queries after a cache of 5
-                if not torch.allclose(part, full[:, 5:9], atol=1e-5):
-                    raise _fail(what, "bias() for queries 5..8 differs from rows 5..8 of the full bias (cache offset)")
+                for stop in sorted({min(9, probe), min(64, probe), probe}):  # the last 4 queries after a cache
+                    q0 = max(stop - 4, 0)
+                    part = pos.bias(torch.arange(q0, stop), torch.arange(stop))
+                    if not torch.allclose(part, full[:, q0:stop, :stop], atol=1e-5, rtol=1e-5):
+                        raise _fail(
+                            what,
+                            f"bias() for queries {q0}..{stop - 1} over keys 0..{stop - 1} differs from those rows of the "
+                            f"full {probe}-position bias (cache offset): a bias must depend on the positions it is "
+                            "given, not on how many queries or keys a call has",
+                        )
                 if (reason := pos.check_slopes()) is not None:
                     raise _fail(what, f"has_slopes is declared but {reason}")
             elif cls.kind == "rotary":
@@ -138,6 +165,71 @@ def positional_checks(
             got = torch.cat(steps, dim=1)  # (2, 12, V)
             if not torch.allclose(got, logits, atol=1e-4, rtol=1e-4):
                 raise _fail(what, f"cached and uncached logits differ (max {(got - logits).abs().max():.2e})")
+
+    def per_row() -> None:
+        """Each row of a batch is placed by its own positions (see ``PositionalScheme``)."""
+        pos = subject.model.positional
+        generator = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            if cls.kind == "bias":
+                k_pos = torch.arange(probe)
+                full = pos.bias(k_pos, k_pos).float()  # (H, N, N)
+                distance = k_pos[:, None] - k_pos[None, :]  # (N, N)
+                by_distance = full[:, :, 0][:, distance.clamp(min=0)]  # (H, N, N): bias(q - k, 0)
+                wrong = ~torch.isclose(full, by_distance, atol=1e-5, rtol=1e-5) & (distance >= 0)
+                if wrong.any():
+                    h, i, j = (int(v) for v in wrong.nonzero()[0])
+                    raise _fail(
+                        what,
+                        f"the bias depends on more than q - k: bias(q_pos={i}, k_pos={j}) = {float(full[h, i, j]):.4g} "
+                        f"but bias({i - j}, 0) = {float(by_distance[h, i, j]):.4g} (head {h}). The model computes one "
+                        "bias for the whole batch from its columns, and in a left-padded batch (generate with "
+                        "several prompts, alilama serve) each row's positions are those columns shifted by its "
+                        "padding, so only a bias that is a function of q - k is exact there. Make bias() a function "
+                        "of q_pos - k_pos alone (no absolute position, no normalisation by the query's position or "
+                        "the number of keys), or give absolute positions through a rotary or embedding scheme, "
+                        "which receive each row's own positions",
+                    )
+                return
+            T = min(7, probe)
+            rows = torch.stack((torch.arange(T), torch.arange(probe - T, probe)))  # (2, T): rows that differ
+            if cls.kind == "rotary":
+                x = torch.randn(2, H, T, C // H, generator=generator)
+                got = pos.rotate(x, rows)
+                alone = torch.cat([pos.rotate(x[b : b + 1], rows[b]) for b in range(2)])
+                method, fix = "rotate(x, positions)", "rotate row b of x by positions[b]"
+            else:
+                got = pos.embed(rows)
+                alone = torch.stack([pos.embed(rows[b]) for b in range(2)])
+                method, fix = "embed(positions)", "embed row b from positions[b]"
+            if tuple(got.shape) != tuple(alone.shape) or not torch.allclose(got, alone, atol=1e-5, rtol=1e-5):
+                raise _fail(
+                    what,
+                    f"{method} with (B, T) positions whose rows differ (0..{T - 1} and {probe - T}..{probe - 1}) "
+                    "is not what each row gives alone with its (T,) positions. In a left-padded batch "
+                    "(generate with several prompts, alilama serve) every row has its own positions: "
+                    f"{fix}, never one row's positions for all",
+                )
+
+    def padded(backend: str) -> Callable[[], None]:
+        def check() -> None:
+            """A left-padded batch, prefilled and decoded with a KV cache, equals each prompt alone."""
+            torch.manual_seed(0)
+            model = build_model(_replace(config, attention=backend))
+            if (where := _padded_batch_error(model, lengths=lengths)) is not None:
+                advice = {
+                    "bias": "its bias must be a function of q - k alone (see the check 'positions per row')",
+                    "rotary": "rotate() must turn each row by its own (B, T) positions",
+                    "embedding": "embed() must give each row the embeddings of its own (B, T) positions",
+                }.get(cls.kind, "a scheme of kind 'none' must not depend on positions at all")
+                raise _fail(
+                    what,
+                    f"under {backend!r}, a left-padded batch of prompts of {' and '.join(map(str, lengths))} tokens "
+                    f"(key_padding_mask, per-row position_ids and a KV cache, as generate and alilama serve "
+                    f"batch them) differs from each prompt alone: {where}; {advice}",
+                )
+
+        return check
 
     def gradients() -> None:
         """Gradients reach the scheme's parameters, and a trained bias is never stale."""
@@ -224,7 +316,16 @@ def positional_checks(
             gradients,
             "the scheme has no parameter that trains" if trainable is False else None,
         ),
+        ("positions per row", per_row, "the scheme takes no positions" if cls_kind == "none" else None),
         *((f"{b} == eager", against(b), None) for b in backends if b != config.attention),
+        *(
+            (
+                f"padded batch == alone ({b})",
+                padded(b),
+                None if lengths is not None else f"its {limit} positions leave no room for two prompts",
+            )
+            for b in padded_on
+        ),
         ("save and load", save_and_load, None),
         ("unknown option refused", unknown_option, None),
     ]

@@ -102,7 +102,7 @@ def load_weights(model, directory: str | os.PathLike[str], sha256: str | None = 
     if sha256 is not None and file_sha256(path) != sha256:
         raise IntegrityError(
             f"{str(path)!r} differs from the weights written there (SHA-256 mismatch): the file is "
-            "corrupt or was replaced; restore it, pick another checkpoint, or pass --no-verify to load it anyway"
+            "corrupt or was replaced; restore it, pick another checkpoint, or pass --no-verify (generate, eval; an export always checks) to load it anyway"
         )
     problem = safetensors_problem(path)  # the header against the file's size, before any tensor is read
     if problem:
@@ -166,7 +166,7 @@ def verify_tokenizer(run: str | os.PathLike[str], record: dict[str, Any] | None 
     if want and folder.is_dir() and tokenizer_hash(folder) != want:
         raise IntegrityError(
             f"the tokenizer in {str(folder)!r} differs from the one the run was trained with (SHA-256 "
-            "mismatch); restore the run's own tokenizer, or pass --no-verify to load it anyway"
+            "mismatch); restore the run's own tokenizer, or pass --no-verify (generate, eval; an export always checks) to load it anyway"
         )
 
 

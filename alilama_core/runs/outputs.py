@@ -14,6 +14,14 @@ it was::
     ...                      # write into work
     mark(work, "data")
     swap_in(work, out)
+
+``alilama export`` writes folders (``hf``, ``onnx``) and files (``gguf``, the ollama
+``Modelfile``) under one rule, ``check_export``: the output is never the run it
+reads nor anything inside it, never inside another folder Alilama writes, and
+``--force`` replaces only what an export wrote there (a marked folder, or a regular
+file that starts as such a file does), never a link, a device or a FIFO. Files are
+written whole with ``building_file``. Temporaries beside an output are named
+``.NAME.PID.XXXX.tmp``, so a later writer removes those whose process is gone.
 """
 
 from __future__ import annotations
@@ -21,15 +29,16 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from alilama_core.contracts.errors import OutputError
-from alilama_core.contracts.files import make_temp_folder
-from alilama_core.contracts.files import atomic_write_text
+from alilama_core.contracts.files import atomic_write_text, file_mode, folder_mode, make_temp_folder
 
 MARKER = ".alilama-output"
 
@@ -68,17 +77,49 @@ CONTENTS: dict[str, tuple[str, ...]] = {
         "README.md",
         *_TRANSIENT,
     ),
-    "onnx": (MARKER, "*.json", "*.onnx", "*.onnx_data", "*.txt", *_TRANSIENT),  # ``alilama export onnx`` (optimum)
+    "onnx": (  # ``alilama export onnx`` (optimum): the model under onnx/, as transformers.js reads it
+        MARKER,
+        "onnx",
+        "*.json",
+        "*.onnx",
+        "*.onnx_data",
+        "*.txt",
+        "chat_template.jinja",
+        *_TRANSIENT,
+    ),
 }
-# Folders written before markers existed are recognised by this file.
-LEGACY_SIGNATURE = {"run": "config.yaml", "data": "meta.json"}
+FILES = {"gguf": b"GGUF", "modelfile": b"# ollama create"}
+"""The files ``alilama export`` writes, by the bytes each starts with: ``--force`` replaces only such a file."""
+
+
+def _legacy_export(folder: Path) -> bool:
+    """An export written before folders carried a marker: a config.json and Alilama's model card."""
+    try:
+        return (folder / "config.json").is_file() and "Alilama" in (folder / "README.md").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+# Folders written before markers existed, recognised by what they hold.
+LEGACY = {
+    "run": lambda folder: (folder / "config.yaml").is_file(),
+    "data": lambda folder: (folder / "meta.json").is_file(),
+    "hf": _legacy_export,
+}
 NOUN = {
     "run": "run",
     "data": "data folder",
     "viz": "set of attention pictures",
     "hf": "Hugging Face export",
     "onnx": "ONNX export",
+    "gguf": "GGUF file",
+    "modelfile": "ollama Modelfile",
 }
+
+
+def with_article(noun: str) -> str:
+    """``noun`` with its indefinite article: "a run", "an ONNX export"."""
+    return f"{'an' if noun[:1].lower() in 'aeio' else 'a'} {noun}"
 
 
 def mark(folder: str | os.PathLike[str], kind: str) -> None:
@@ -105,10 +146,25 @@ def _overlaps(a: Path, b: Path) -> bool:
     return a == b or a in b.parents or b in a.parents
 
 
-def check_writable_path(out: Path, what: str) -> None:
-    """Refuse an output whose path runs through a file, or that is a file itself."""
-    if out.exists() and not out.is_dir():
-        raise OutputError(f"{what} {str(out)!r} is a file, not a folder; choose a folder path")
+def refuse_inputs(
+    out: Path, inputs: Iterable[str | os.PathLike[str]], what: str, argument: str = "--out", noun: str = "input"
+) -> None:
+    """An output is never an input: refuse ``out`` when it is, contains or lies inside one of ``inputs``."""
+    resolved = out.resolve()
+    for item in inputs:
+        if str(item).startswith("hf:"):
+            continue
+        source = Path(item).resolve()
+        if _overlaps(resolved, source):
+            relation = "is" if resolved == source else ("lies inside" if source in resolved.parents else "contains")
+            raise OutputError(
+                f"{what} {str(out)!r} {relation} the {noun} {str(item)!r}; writing there could destroy the {noun}. "
+                f"Choose an {argument} outside it"
+            )
+
+
+def _check_parents(out: Path, what: str) -> None:
+    """Refuse an output whose path runs through a file, or whose folder cannot be written."""
     for parent in out.parents:
         if parent.exists():
             if not parent.is_dir():
@@ -123,57 +179,155 @@ def check_writable_path(out: Path, what: str) -> None:
             break
 
 
+def check_writable_path(out: Path, what: str) -> None:
+    """Refuse an output whose path runs through a file, or that is a file itself."""
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"{what} {str(out)!r} is a file, not a folder; choose a folder path")
+    _check_parents(out, what)
+
+
 def check_output(
     out: str | os.PathLike[str],
     kind: str,
     overwrite: bool = False,
     inputs: Iterable[str | os.PathLike[str]] = (),
     what: str | None = None,
+    option: str = "--overwrite",
+    argument: str = "--out",
 ) -> None:
     """Raise ``OutputError`` unless ``out`` may be written as a new ``kind`` folder.
 
     ``out`` may be missing or empty; an existing folder is replaced only with
     ``overwrite`` and only when it is Alilama's own ``kind`` output holding
     nothing else. ``out`` must not be, contain or lie inside one of ``inputs``.
+    ``option`` and ``argument`` are how the command spells overwriting and the
+    output (``--force`` and ``OUT`` for ``alilama export``), for the messages.
     """
     out = Path(out)
     what = what or {"run": "run folder", "data": "data folder"}.get(kind, "output folder")
-    resolved = out.resolve()
-    for item in inputs:
-        if str(item).startswith("hf:"):
-            continue
-        source = Path(item).resolve()
-        if _overlaps(resolved, source):
-            relation = "is" if resolved == source else ("lies inside" if source in resolved.parents else "contains")
-            raise OutputError(
-                f"{what} {str(out)!r} {relation} the input {str(item)!r}; writing there could destroy the input. "
-                "Choose an --out outside the inputs"
-            )
+    refuse_inputs(out, inputs, what, argument)
     check_writable_path(out, what)
     if not out.is_dir() or not any(out.iterdir()):
         return
     marked = kind_of(out)
-    own = marked == kind or (marked is None and kind in LEGACY_SIGNATURE and (out / LEGACY_SIGNATURE[kind]).is_file())
+    own = marked == kind or (marked is None and kind in LEGACY and LEGACY[kind](out))
     foreign = foreign_entries(out, kind) if own else []
     if not overwrite:
         if own:
             raise OutputError(
-                f"{str(out)!r} already holds a {NOUN[kind]}; pass "
+                f"{str(out)!r} already holds {with_article(NOUN[kind])}; pass "
                 + ("--resume to continue it, " if kind == "run" else "")
-                + "--overwrite to replace it, or choose another --out"
+                + f"{option} to replace it, or choose another {argument}"
             )
-        raise OutputError(f"{str(out)!r} already exists and holds other files; choose another --out")
+        raise OutputError(f"{str(out)!r} already exists and holds other files; choose another {argument}")
     if not own:
-        holds = f"a {NOUN.get(marked, marked)}" if marked else "files Alilama did not write"
+        holds = with_article(NOUN.get(marked, marked)) if marked else "files Alilama did not write"
         raise OutputError(
-            f"--overwrite replaces only a {NOUN[kind]} that Alilama wrote, and {str(out)!r} holds {holds}; "
-            "nothing was deleted. Choose another --out"
+            f"{option} replaces only {with_article(NOUN[kind])} that Alilama wrote, and {str(out)!r} holds {holds}; "
+            f"nothing was deleted. Choose another {argument}"
         )
     if foreign:
         raise OutputError(
-            f"{str(out)!r} holds files Alilama did not write ({', '.join(foreign[:5])}); --overwrite will not "
-            "delete them. Move them away or choose another --out"
+            f"{str(out)!r} holds files Alilama did not write ({', '.join(foreign[:5])}); {option} will not "
+            f"delete them. Move them away or choose another {argument}"
         )
+
+
+_NOT_REGULAR = {
+    stat.S_IFLNK: "a symbolic link",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFIFO: "a FIFO (named pipe)",
+    stat.S_IFSOCK: "a socket",
+}
+
+
+def check_output_file(
+    out: str | os.PathLike[str],
+    kind: str,
+    overwrite: bool = False,
+    inputs: Iterable[str | os.PathLike[str]] = (),
+    what: str | None = None,
+    option: str = "--overwrite",
+    argument: str = "--out",
+) -> None:
+    """Raise ``OutputError`` unless ``out`` may be written as a new ``kind`` file (``FILES``).
+
+    ``out`` may be missing; an existing one is replaced only with ``overwrite``,
+    and only when it is a regular file that is empty or starts as a ``kind`` file
+    does: never a folder, a link, a device or a FIFO. ``out`` must not be or lie
+    inside one of ``inputs``.
+    """
+    out = Path(out)
+    what = what or NOUN[kind]
+    refuse_inputs(out, inputs, what, argument)
+    _check_parents(out, what)
+    try:
+        mode = os.lstat(out).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise OutputError(f"cannot write {what} {str(out)!r}: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(mode):
+        raise OutputError(f"{what} {str(out)!r} is a folder; give the path of the file to write (in it, say)")
+    if not stat.S_ISREG(mode):
+        raise OutputError(
+            f"{what} {str(out)!r} is {_NOT_REGULAR.get(stat.S_IFMT(mode), 'not a regular file')}; "
+            f"{option} replaces only a regular file, and nothing was changed. Choose another {argument}"
+        )
+    try:
+        with open(out, "rb") as f:
+            head = f.read(len(FILES[kind]))
+    except OSError as exc:
+        raise OutputError(f"cannot read {str(out)!r} to check what it is: {exc.strerror or exc}") from None
+    own = head in (b"", FILES[kind])
+    if not overwrite:
+        raise OutputError(
+            f"{str(out)!r} exists; "
+            + (f"pass {option} to replace it, or " if own else "")
+            + f"choose another {argument}"
+        )
+    if not own:
+        raise OutputError(
+            f"{option} replaces only {with_article(NOUN[kind])}, and {str(out)!r} is not one; nothing was deleted. "
+            f"Choose another {argument}"
+        )
+
+
+def enclosing_output(path: str | os.PathLike[str]) -> tuple[Path, str] | None:
+    """The nearest folder above ``path`` that Alilama marks as its output, and its kind (``None``: none)."""
+    for parent in Path(path).resolve().parents:
+        kind = kind_of(parent)
+        if kind is not None:
+            return parent, kind
+    return None
+
+
+def check_export(out: str | os.PathLike[str], kind: str, run: str | os.PathLike[str], force: bool = False) -> None:
+    """The one check of every ``alilama export`` output (``hf``, ``onnx``: folders; ``gguf``, ``modelfile``: files).
+
+    ``out`` is never the run it reads, nor inside it, nor inside another folder
+    Alilama writes (a run, a data folder, an export: each holds only its own
+    files); ``force`` (``--force``) replaces only what an export wrote there.
+    """
+    out = Path(out)
+    what = NOUN[kind]
+    refuse_inputs(out, [run], what, "OUT", noun="run")
+    inside = enclosing_output(out)
+    if inside is not None:
+        folder, holder = inside
+        holder = with_article(NOUN.get(holder, holder))
+        raise OutputError(
+            f"{what} {str(out)!r} lies inside {str(folder)!r}, {holder} that holds only the files Alilama writes "
+            "there; choose an OUT outside it"
+        )
+    check = check_output_file if kind in FILES else check_output
+    check(out, kind, force, what=what, option="--force", argument="OUT")
+
+
+def _temp_prefix(out: Path) -> str:
+    """How temporaries beside ``out`` begin: ``.NAME.PID.`` (``stale_beside`` reads the PID back)."""
+    return f".{out.name}.{os.getpid()}."
 
 
 def new_folder_beside(out: str | os.PathLike[str], what: str = "output") -> Path:
@@ -181,7 +335,7 @@ def new_folder_beside(out: str | os.PathLike[str], what: str = "output") -> Path
     out = Path(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        return make_temp_folder(out.parent, prefix=f".{out.name}.")
+        return make_temp_folder(out.parent, prefix=_temp_prefix(out))
     except OSError as exc:
         raise OutputError(f"cannot write the {what} {str(out)!r}: {exc.strerror or exc}") from None
 
@@ -192,7 +346,7 @@ def swap_in(work: Path, out: str | os.PathLike[str]) -> None:
     if not out.exists():
         os.replace(work, out)
         return
-    old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old.", suffix=".tmp"))
+    old = Path(tempfile.mkdtemp(dir=out.parent, prefix=_temp_prefix(out), suffix=".tmp"))
     os.replace(out, old / out.name)
     try:
         os.replace(work, out)
@@ -201,6 +355,13 @@ def swap_in(work: Path, out: str | os.PathLike[str]) -> None:
         raise
     finally:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def clean_stale(folder: str | os.PathLike[str]) -> list[str]:
@@ -213,20 +374,52 @@ def clean_stale(folder: str | os.PathLike[str]) -> list[str]:
     if not folder.is_dir():
         return removed
     for path in folder.glob(".*.tmp"):
-        if path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
+        _remove(path)
         removed.append(path.name)
     return removed
 
 
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` still runs (where that cannot be told, it counts as running)."""
+    if pid == os.getpid() or os.name != "posix":
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: running
+        return True
+    return True
+
+
 def stale_beside(out: str | os.PathLike[str]) -> list[Path]:
-    """Temporary folders left beside ``out`` by killed writers of ``out``."""
+    """Temporaries that writers of ``out`` left beside it and no running process owns.
+
+    Writers name them ``.NAME.PID.XXXX.tmp``: one whose PID no longer runs was
+    left by a killed writer. Older versions' ``.NAME.XXXX.tmp`` folders and
+    ``.NAME.PID.checking`` files count as well.
+    """
     out = Path(out)
     if not out.parent.is_dir():
         return []
-    return [p for p in out.parent.glob(f".{out.name}.*.tmp") if p.is_dir()]
+    ours = re.compile(rf"\.{re.escape(out.name)}\.(?:(\d+)\.\w+\.tmp|(\d+)\.checking|(?:old\.)?\w+\.tmp)")
+    stale = []
+    for path in out.parent.iterdir():
+        match = ours.fullmatch(path.name)
+        if match is None:
+            continue
+        pid = match[1] or match[2]
+        if pid is None or not _running(int(pid)):
+            stale.append(path)
+    return stale
+
+
+def follow_umask(folder: str | os.PathLike[str]) -> None:
+    """Give every file and folder in ``folder`` the mode a plain ``open()``/``mkdir()`` would (libraries that write
+    through temporary files, such as safetensors, leave 0600 files)."""
+    for path in [Path(folder), *Path(folder).rglob("*")]:
+        if not path.is_symlink():
+            os.chmod(path, folder_mode() if path.is_dir() else file_mode())
 
 
 @contextmanager
@@ -243,7 +436,7 @@ def building(out: str | os.PathLike[str], kind: str, what: str = "output") -> It
             write_everything_into(work)
     """
     for stale in stale_beside(out):
-        shutil.rmtree(stale, ignore_errors=True)
+        _remove(stale)
     work = new_folder_beside(out, what)
     try:
         yield work
@@ -252,3 +445,31 @@ def building(out: str | os.PathLike[str], kind: str, what: str = "output") -> It
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
+
+
+@contextmanager
+def building_file(out: str | os.PathLike[str], what: str = "output") -> Iterator[Path]:
+    """Write the file ``out`` whole, or not at all: ``building`` for a single file.
+
+    Removes what killed writers of ``out`` left beside it and yields a new empty
+    temporary file beside ``out`` (``.NAME.PID.XXXX.tmp``) to write; when the block
+    succeeds it gets the user's usual file mode and is renamed onto ``out``. On any
+    error, or an interrupt, it is removed and ``out`` is as it was. Call it after
+    ``check_output_file`` and under ``exclusive_lock(out)``.
+    """
+    out = Path(out)
+    for stale in stale_beside(out):
+        _remove(stale)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=out.parent, prefix=_temp_prefix(out), suffix=".tmp")
+    except OSError as exc:
+        raise OutputError(f"cannot write the {what} {str(out)!r}: {exc.strerror or exc}") from None
+    os.close(fd)
+    work = Path(name)
+    try:
+        yield work
+        os.chmod(work, file_mode())  # mkstemp makes 0600 files
+        os.replace(work, out)
+    finally:
+        work.unlink(missing_ok=True)

@@ -75,6 +75,29 @@ def check_eval_size(task, lengths: Sequence[int], examples: int, what: str = "--
         )
 
 
+def check_task_context(task, lengths: tuple[int, int]) -> int:
+    """The positions the longest training example of ``task`` takes (the ``model.context_length`` a task run
+    needs); refused past ``MAX_TASK_CONTEXT``, since every training step attends over them."""
+    lo, hi = lengths
+    need = task.sequence_length(hi) - 1
+    most = limit("MAX_TASK_CONTEXT")
+    if need > most:
+        fits = max((n for n in range(1, hi) if task.sequence_length(n) - 1 <= most), default=0)
+        fits_lo = fits if lo == hi else min(lo, fits)
+        shorter = f"Give task.lengths={_span(fits_lo, fits)} or shorter, or raise" if fits else "Raise"
+        raise ConfigError(
+            f"task.lengths={_span(lo, hi)} makes examples of task {task.name!r} up to {need:,} tokens long: every "
+            f"training step would attend over {need:,} positions (model.context_length must cover them), more "
+            f"than a task run may take. {shorter} the bound: {describe('MAX_TASK_CONTEXT')}"
+        )
+    return need
+
+
+def _span(lo: int, hi: int) -> str:
+    """``task.lengths`` as written: ``"1-16"``, or ``"8"`` for one length."""
+    return str(hi) if lo == hi else f"{lo}-{hi}"
+
+
 def check_lengths(task, lengths: tuple[int, int] | Sequence[int]) -> None:
     """Raise ``ConfigError`` when ``task`` cannot generate some of ``lengths``."""
     if task.max_length is not None and max(lengths) > task.max_length:
@@ -286,7 +309,7 @@ class TaskData:
         self.lengths = parse_lengths(cfg.task.lengths)
         check_lengths(self.task, self.lengths)
         check_eval_size(self.task, [self.lengths[1]], cfg.task.val_examples, "task.val_examples")
-        self.longest = self.task.sequence_length(self.lengths[1]) - 1
+        self.longest = check_task_context(self.task, self.lengths)
         if self.longest > cfg.model.context_length:
             raise ConfigError(
                 f"task {self.task.name!r} at length {self.lengths[1]} needs {self.longest} positions but "

@@ -266,7 +266,10 @@ def register_commands(app):
         modelfile: Annotated[
             bool, typer.Option("--modelfile", help="Also write an ollama Modelfile beside the GGUF file.")
         ] = False,
-        force: Annotated[bool, typer.Option("--force", help="Replace OUT (and the Modelfile) if they exist.")] = False,
+        force: Annotated[
+            bool,
+            typer.Option("--force", help="Replace a GGUF file (and an export's Modelfile) at OUT; nothing else."),
+        ] = False,
         check_with: Annotated[
             Optional[list[str]],
             typer.Option(
@@ -313,7 +316,9 @@ def register_commands(app):
     )
     def export_onnx_cmd(
         run: Annotated[str, typer.Argument(help="Run folder (uses RUN/final, else the latest checkpoint).")],
-        out: Annotated[str, typer.Argument(help="Folder to write: model.onnx, config.json, the tokenizer.")],
+        out: Annotated[
+            str, typer.Argument(help="Folder to write: onnx/model.onnx, config.json, the tokenizer (transformers.js).")
+        ],
         python: Annotated[
             Optional[str],
             typer.Option(

@@ -265,7 +265,7 @@ def export(
     ``format``: ``auto`` (native where exact, else remote code), ``native`` or
     ``remote-code``. ``license``: a Hub license id for the card (``None``: the
     card says that no license was given). ``overwrite`` (``--force``) replaces
-    an export Alilama wrote there (see ``check_export_folder``). ``on_step(text)`` is called
+    an export Alilama wrote there (``alilama_core.runs.outputs.check_export``). ``on_step(text)`` is called
     ``EXPORT_STEPS`` times, once each step is done, with what it did (the run loaded, the format chosen,
     the weights, the tokenizer, the model card).
 
@@ -282,7 +282,7 @@ def export(
     """
     import alilama_hf
     from alilama_core.contracts.files import disk_full_guard, exclusive_lock
-    from alilama_core.runs.outputs import building
+    from alilama_core.runs.outputs import building, check_export, follow_umask
 
     alilama_hf.register_auto_classes()
     if license is not None and not re.fullmatch(r"[a-z0-9][a-z0-9.+-]*", license):
@@ -296,9 +296,9 @@ def export(
     if format not in FORMATS:
         raise AlilamaError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}")
     out = Path(out)
-    check_export_folder(run, out, overwrite)  # before the run is loaded
+    check_export(out, "hf", run, overwrite)  # before the run is loaded
     with disk_full_guard(out, "export folder"), exclusive_lock(out, "export folder"):
-        check_export_folder(run, out, overwrite)  # again, under the lock
+        check_export(out, "hf", run, overwrite)  # again, under the lock
         with building(out, "hf", "export folder") as work:
             _write_export(
                 run,
@@ -311,58 +311,15 @@ def export(
                 on_step=on_step or (lambda text: None),
                 check_with=list(check_with or []),
             )
+            follow_umask(work)
     return out
 
 
-def check_export_folder(run: str | os.PathLike[str], out: Path, overwrite: bool = False) -> None:
-    """Raise ``OutputError`` unless ``out`` may be written as a new export of ``run``.
+def load_for_export(run: str | os.PathLike[str], checkpoint: str | None = None):
+    """``load_run`` for every export road: the run's hashes are always verified."""
+    from alilama_core.runs.checkpoint import load_run
 
-    ``out`` may be missing or empty. An existing folder is replaced only with
-    ``overwrite`` (``--force``), and only when it is Alilama's own export (its
-    ``.alilama-output`` marker says so; an export written before markers
-    existed is known by its config.json and model card) holding nothing else.
-    ``out`` must not be, or contain, the run.
-    """
-    from alilama_core.contracts.errors import OutputError
-    from alilama_core.runs.outputs import NOUN, check_writable_path, foreign_entries, kind_of
-
-    resolved, source = out.resolve(), Path(run).resolve()
-    if resolved == source or resolved in source.parents:
-        relation = "is" if resolved == source else "contains"
-        raise OutputError(
-            f"the export folder {str(out)!r} {relation} the run {str(run)!r}; writing there would destroy the "
-            "run. Choose another OUT"
-        )
-    check_writable_path(out, "export folder")
-    if not out.is_dir() or not any(out.iterdir()):
-        return
-    marked = kind_of(out)
-    own = marked == "hf" or (marked is None and _legacy_export(out))
-    if not overwrite:
-        raise OutputError(
-            f"{str(out)!r} exists and is not empty; "
-            + ("pass --force to replace the export in it, or choose another folder" if own else "choose another folder")
-        )
-    if not own:
-        holds = f"a {NOUN.get(marked, marked)}" if marked else "files Alilama did not write"
-        raise OutputError(
-            f"--force replaces only an export that Alilama wrote, and {str(out)!r} holds {holds}; nothing was "
-            "deleted. Choose another folder"
-        )
-    foreign = foreign_entries(out, "hf")
-    if foreign:
-        raise OutputError(
-            f"{str(out)!r} holds files Alilama did not write ({', '.join(foreign[:5])}); --force will not delete "
-            "them. Move them away or choose another folder"
-        )
-
-
-def _legacy_export(folder: Path) -> bool:
-    """An export written before folders carried a marker: a config.json and Alilama's model card."""
-    try:
-        return (folder / "config.json").is_file() and "Alilama" in (folder / "README.md").read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return False
+    return load_run(run, checkpoint=checkpoint)
 
 
 def _write_export(
@@ -380,9 +337,7 @@ def _write_export(
     """Write the folder's files into ``out``, a new empty folder; ``on_step`` and ``check_with`` as in ``export``."""
     from transformers import GenerationConfig
 
-    from alilama_core.runs.checkpoint import load_run
-
-    loaded = load_run(run, checkpoint=checkpoint)
+    loaded = load_for_export(run, checkpoint)
     on_step(f"loaded {run} checkpoint {loaded.checkpoint.name}")
     require_exact_attention(run, loaded, "an exported transformers model")
     tok = loaded.tokenizer
@@ -424,7 +379,7 @@ def _write_export(
 
     write_tokenizer(tok, out, model_max_length=loaded.config.model.context_length, chat_template=run_template(run))
     on_step("converted the tokenizer: tokenizer.json, tokenizer_config.json, special_tokens_map.json")
-    on_step(check_folder(loaded, out, check_with))
+    on_step(check_folder(loaded, out, check_with, remote_code=chosen == "remote-code"))
     card = model_card(
         Path(run),
         loaded,
@@ -551,8 +506,11 @@ def run_standalone(
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def check_folder(loaded, folder: Path, check_with: list[str]) -> str:
-    """Read ``folder`` back with this transformers and each ``check_with`` Python; raise on any difference."""
+def check_folder(loaded, folder: Path, check_with: list[str], remote_code: bool = False) -> str:
+    """Read ``folder`` back with this transformers and each ``check_with`` Python; raise on any difference.
+
+    ``remote_code``: the folder runs Alilama's own code (the error then does not suggest ``--format remote-code``).
+    """
     import tempfile
 
     from alilama_hf.probe_folder import probe
@@ -577,9 +535,15 @@ def check_folder(loaded, folder: Path, check_with: list[str]) -> str:
     for where, result in results:
         wrong = probe_failures(result)
         if wrong:
+            fix = (
+                "Alilama's model code does not run the same under that transformers version; read the folder "
+                "with one that does (docs/huggingface.md lists those tested)"
+                if remote_code
+                else "Use --format remote-code, or a transformers version that reads it"
+            )
             raise AlilamaError(
                 f"the exported folder, read by transformers {result['transformers']} ({where}), is not the run's "
-                f"model: {'; '.join(wrong)}. Use --format remote-code, or a transformers version that reads it"
+                f"model: {'; '.join(wrong)}. {fix}"
             )
     return "read the folder back: " + "; ".join(
         f"transformers {r['transformers']} ({where}): logits within {r['max_logit_diff']:.1e}, "

@@ -34,17 +34,20 @@ What llama.cpp computes differently, measured in ``tests/hf/test_gguf.py``: its
 GELU is the tanh approximation, looked up in a table of float16 inputs, where
 Alilama's is exact (``erf``); logits then differ by about 1e-3 at f32, not 1e-6.
 
-The tokenizer is the run's ``tokenizer.json`` (``Tokenizer.save_hf``) as
-llama.cpp's BPE vocabulary (``tokenizer.ggml.model = gpt2``: byte-level token
-strings and ranked merges), with the pre-tokenizer whose split equals the run's
-pattern (``tokenizer.ggml.pre``): the GPT-4 pattern is llama.cpp's ``dbrx``
-(the same split, no BOS). A tokenizer with another pattern is refused.
+The tokenizer is the run's ``tokenizer.json`` (``Tokenizer.save_hf``, the
+documented contract) as llama.cpp's BPE vocabulary (``tokenizer.ggml.model =
+gpt2``: byte-level token strings and ranked merges), with the pre-tokenizer whose
+split equals the one ``tokenizer.json`` describes (``tokenizer.ggml.pre``,
+``PRE_TOKENIZERS``): the GPT-4 pattern (Alilama's default) is llama.cpp's
+``dbrx`` (the same split, no BOS), GPT-2's (``ByteLevel`` with its own regex, as
+GPT-2-style tokenizers write it) is ``gpt-2``. A tokenizer that splits otherwise
+is refused, naming its pattern.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
 import re
 import tempfile
 from pathlib import Path
@@ -61,16 +64,54 @@ ARCHITECTURES = {"alibi": "mpt", "nope": "mpt", "learned": "gpt2", "rope": "gptn
 """Alilama's built-in positional schemes -> the llama.cpp architecture that computes each."""
 
 
-def pre_tokenizer(pattern: str | None) -> str | None:
-    """The llama.cpp pre-tokenizer (``tokenizer.ggml.pre``) that splits text as ``pattern`` does, if one is known.
+GPT4_SPLIT = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*"""
+    r"""|\s*[\r\n]|\s+(?!\S)|\s+"""
+)
+"""The GPT-4 (cl100k) split, as Alilama's BPE writes it into tokenizer.json."""
+GPT2_SPLIT = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+"""GPT-2's split: the regex of the tokenizers library's ``ByteLevel`` pre-tokenizer (``use_regex``)."""
+PRE_TOKENIZERS = {GPT4_SPLIT: "dbrx", GPT2_SPLIT: "gpt-2"}
+r"""Split patterns llama.cpp knows -> its pre-tokenizer (``tokenizer.ggml.pre``) that splits text the same way.
 
-    llama.cpp's ``dbrx`` split is the GPT-4 pattern (cl100k's, Alilama's default), written without
-    possessive quantifiers and with ``\\s*[\\r\\n]+`` (which match the same chunks), and it adds no BOS
-    (``llama-bpe``, with the same split, would also skip merges for whole words in the vocabulary).
+llama.cpp's ``dbrx`` is the GPT-4 pattern written without possessive quantifiers and with
+``\s*[\r\n]+`` (which match the same chunks), and adds no BOS (``llama-bpe``, with the same
+split, would also skip merges for whole words in the vocabulary); its ``gpt-2`` is GPT-2's."""
+
+
+def split_pattern(tokenizer_json: dict) -> str:
+    """The regex a ``tokenizer.json`` splits text with before its byte-level BPE.
+
+    Two shapes are byte-level BPE as llama.cpp runs it: ``Sequence[Split(Regex P, Isolated), ByteLevel(no
+    regex)]`` (Alilama's BPE: P) and ``ByteLevel`` with its own regex (GPT-2's); anything else is refused.
     """
-    from alilama_bpe.reference import GPT4_SPLIT_PATTERN
+    pre = tokenizer_json.get("pre_tokenizer") or {}
+    steps = pre.get("pretokenizers", []) if pre.get("type") == "Sequence" else [pre]
+    kinds = [step.get("type") for step in steps]
+    if any(step.get("type") == "ByteLevel" and step.get("add_prefix_space") for step in steps):
+        kinds = []  # a space added before the text: no llama.cpp pre-tokenizer does that
+    if kinds == ["ByteLevel"] and steps[0].get("use_regex", True):
+        return GPT2_SPLIT
+    if kinds == ["Split", "ByteLevel"] and not steps[1].get("use_regex", True):
+        split = steps[0]
+        regex = (split.get("pattern") or {}).get("Regex")
+        if regex is not None and split.get("behavior") == "Isolated" and not split.get("invert"):
+            return regex
+    raise UnsupportedError(
+        f"the tokenizer's tokenizer.json pre-tokenizer ({json.dumps(pre)[:300]}) is not a byte-level split "
+        "that llama.cpp runs: GGUF export takes a Split by one regex then ByteLevel, or ByteLevel with GPT-2's regex"
+    )
 
-    return {GPT4_SPLIT_PATTERN: "dbrx"}.get(pattern)
+
+def pre_tokenizer(pattern: str) -> str:
+    """llama.cpp's pre-tokenizer (``tokenizer.ggml.pre``) that splits text as ``pattern`` does (``PRE_TOKENIZERS``)."""
+    if pattern not in PRE_TOKENIZERS:
+        raise UnsupportedError(
+            f"the tokenizer splits text with the pattern {pattern!r}, and llama.cpp has no pre-tokenizer known to "
+            "split it the same way; GGUF export knows the GPT-4 pattern (Alilama's default; llama.cpp's 'dbrx') "
+            "and GPT-2's ('gpt-2'). Train the tokenizer with one of them, or export hf instead"
+        )
+    return PRE_TOKENIZERS[pattern]
 
 
 TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_UNUSED = 1, 3, 5  # llama.cpp's token types (gguf.TokenType)
@@ -179,15 +220,9 @@ def vocabulary(tok, vocab_size: int) -> dict[str, Any]:
             f"the run's tokenizer (kind {tok.name!r}) cannot write a tokenizer.json, which the GGUF vocabulary "
             "is made from; export needs a tokenizer that declares hf_export"
         )
-    pattern = getattr(tok, "pattern", None)
-    pre = pre_tokenizer(pattern)
-    if pre is None:
-        raise UnsupportedError(
-            f"the tokenizer splits text with the pattern {pattern!r}, and no llama.cpp pre-tokenizer is known "
-            "to split it the same way (the GPT-4 pattern, Alilama's default, is llama.cpp's 'dbrx')"
-        )
     with tempfile.TemporaryDirectory(prefix="alilama-gguf-") as tmp:
         data = json.loads(Path(tok.save_hf(tmp)).read_text(encoding="utf-8"))
+    pre = pre_tokenizer(split_pattern(data))
     by_id = {i: t for t, i in data["model"]["vocab"].items()}
     specials = {t["id"] for t in data.get("added_tokens", []) if t.get("special")}
     if tok.vocab_size > vocab_size:
@@ -201,10 +236,11 @@ def vocabulary(tok, vocab_size: int) -> dict[str, Any]:
 
 
 def write_gguf(loaded, path: Path, dtype: str = "f32", name: str | None = None) -> dict[str, Any]:
-    """Write ``loaded`` (a ``LoadedRun``) to ``path`` atomically; returns what was written (for the CLI)."""
-    import gguf
+    """Write ``loaded`` (a ``LoadedRun``) to the file ``path``; returns what was written (for the CLI).
 
-    from alilama_core.contracts.files import file_mode
+    ``path`` is written in place: ``export_gguf`` gives it a temporary name and renames it when checked.
+    """
+    import gguf
 
     if dtype not in DTYPES:
         raise AlilamaError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
@@ -215,11 +251,8 @@ def write_gguf(loaded, path: Path, dtype: str = "f32", name: str | None = None) 
     arch = ARCHITECTURES[m.positional]
     vocab = vocabulary(tok, m.vocab_size)
     tensors = gguf_tensors(model)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
+    w = gguf.GGUFWriter(path, arch)
     try:
-        w = gguf.GGUFWriter(tmp, arch)
         w.add_name(name or path.stem)
         w.add_file_type(_file_type(dtype))
         w.add_context_length(m.context_length)
@@ -253,11 +286,9 @@ def write_gguf(loaded, path: Path, dtype: str = "f32", name: str | None = None) 
         w.write_kv_data_to_file()
         w.write_tensors_to_file()
         w.close()
-        os.chmod(tmp, file_mode())  # mkstemp makes 0600 files
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    finally:
+        with contextlib.suppress(OSError):  # after a failed write (a full disk): just close the file
+            w.close()
     return {"architecture": arch, "dtype": dtype, "tensors": len(tensors), "pre": vocab["pre"]}
 
 
@@ -316,54 +347,61 @@ def export_gguf(
 ) -> dict[str, Any]:
     """Write ``run`` as the GGUF file ``out`` (and ``Modelfile`` beside it); what was written and checked.
 
-    ``out`` must not exist unless ``overwrite`` (``--force``); it is written under a
-    temporary name and renamed when complete, so a failure or a kill leaves the
-    old file (or none). The file is read back with ``gguf``'s reader; each Python in
+    ``out`` is checked as every export's output is (``outputs.check_export``): never in
+    the run, never a folder, a link, a device or a FIFO, and an existing file only
+    with ``overwrite`` (``--force``) and only a GGUF file. It is written under a
+    temporary name (``.NAME.PID.XXXX.tmp``, under ``out``'s lock) and renamed when
+    checked, so a failure, a full disk or a kill leaves the old file (or none), and
+    the next export removes what a killed one left. The file is read back with ``gguf``'s reader; each Python in
     ``check_with`` runs it in llama.cpp (``probe_gguf.py``) against Alilama's logits,
     greedy ids and tokenizer, and a difference beyond ``TOLERANCE[dtype]`` or a
     different tokenization fails the export (the file is removed).
     """
     import gguf
 
-    from alilama_core.contracts.files import atomic_write_text
-    from alilama_core.runs.checkpoint import load_run
-    from alilama_hf.export import require_exact_attention
+    from alilama_core.contracts.files import disk_full_guard, exclusive_lock
+    from alilama_core.runs.outputs import NOUN, building_file, check_export
+    from alilama_hf.export import load_for_export, require_exact_attention
 
     step = on_step or (lambda text: None)
     out = Path(out)
     if dtype not in DTYPES:
         raise AlilamaError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    targets = [out] + ([out.parent / "Modelfile"] if modelfile else [])
-    for target in targets:
-        if target.is_dir():
-            raise AlilamaError(f"{target} is a folder; give the GGUF file's path, e.g. {target / 'model.gguf'}")
-        if target.exists() and not overwrite:
-            raise AlilamaError(f"{target} exists; pass --force to replace it, or choose another path")
-    loaded = load_run(run, checkpoint=checkpoint)
+    targets = {out: "gguf"}
+    if modelfile:
+        if out.name == "Modelfile":
+            raise AlilamaError("with --modelfile, OUT cannot be named Modelfile: that is the Modelfile's own name")
+        targets[out.parent / "Modelfile"] = "modelfile"
+    for target, kind in targets.items():
+        check_export(target, kind, run, overwrite)
+    loaded = load_for_export(run, checkpoint)
     step(f"loaded {run} checkpoint {loaded.checkpoint.name}")
     require_exact_attention(run, loaded, "llama.cpp")
-    staging = out.parent / f".{out.name}.{os.getpid()}.checking"  # becomes ``out`` once it has been checked
-    try:
-        info = write_gguf(loaded, staging, dtype, name=out.stem)
-        step(f"wrote {out.name}: llama.cpp architecture {info['architecture']}, {dtype}, pre-tokenizer {info['pre']}")
-        reader = gguf.GGUFReader(staging)
-        arch = reader.fields["general.architecture"]
-        written = bytes(arch.parts[arch.data[0]]).decode()
-        if written != info["architecture"] or len(reader.tensors) != info["tensors"]:
-            raise AlilamaError(f"{out} did not read back: architecture {written!r}, {len(reader.tensors)} tensors")
-        del reader  # it maps the file
-        step(f"read it back with gguf {_version('gguf')}: {info['tensors']} tensors")
-        info["checks"] = check_gguf(loaded, staging, dtype, check_with or [])
-        if check_with:
-            step("ran it in llama.cpp: " + "; ".join(_check_line(c) for c in info["checks"]))
-        else:
-            step("not run in llama.cpp (--check-with PYTHON runs it where llama-cpp-python is installed)")
-        os.replace(staging, out)
-    finally:
-        staging.unlink(missing_ok=True)
-    if modelfile:
-        atomic_write_text(out.parent / "Modelfile", modelfile_text(loaded, out.name))
-        info["modelfile"] = str(out.parent / "Modelfile")
+    with exclusive_lock(out, "GGUF file"), contextlib.ExitStack() as files:
+        for target, kind in targets.items():
+            check_export(target, kind, run, overwrite)  # again, under the lock
+        # each is written beside its final name and renamed onto it when all are checked
+        staging, *more = [files.enter_context(building_file(t, NOUN[k])) for t, k in targets.items()]
+        with disk_full_guard(out, "GGUF file"):  # inside: a short write is judged while the partial file is there
+            info = write_gguf(loaded, staging, dtype, name=out.stem)
+            step(
+                f"wrote {out.name}: llama.cpp architecture {info['architecture']}, {dtype}, pre-tokenizer {info['pre']}"
+            )
+            reader = gguf.GGUFReader(staging)
+            arch = reader.fields["general.architecture"]
+            written = bytes(arch.parts[arch.data[0]]).decode()
+            if written != info["architecture"] or len(reader.tensors) != info["tensors"]:
+                raise AlilamaError(f"{out} did not read back: architecture {written!r}, {len(reader.tensors)} tensors")
+            del reader, arch  # they map the file
+            step(f"read it back with gguf {_version('gguf')}: {info['tensors']} tensors")
+            info["checks"] = check_gguf(loaded, staging, dtype, check_with or [])
+            if check_with:
+                step("ran it in llama.cpp: " + "; ".join(_check_line(c) for c in info["checks"]))
+            else:
+                step("not run in llama.cpp (--check-with PYTHON runs it where llama-cpp-python is installed)")
+            if more:
+                more[0].write_text(modelfile_text(loaded, out.name), encoding="utf-8")
+                info["modelfile"] = str(out.parent / "Modelfile")
     return info
 
 

@@ -1,4 +1,4 @@
-"""``alilama export onnx RUN OUT [--python PYTHON]``: a run as ONNX for onnxruntime (and transformers.js).
+"""``alilama export onnx RUN OUT [--python PYTHON]``: a run as ONNX for onnxruntime and transformers.js.
 
 The road goes through the native Hugging Face export (MPT, GPT-2 or GPT-NeoX;
 ``alilama_hf.native``) and optimum's ONNX exporter, which knows those three
@@ -6,8 +6,11 @@ architectures. optimum-onnx admits transformers below 4.58 only, so it usually
 lives in an environment of its own: ``--python`` names that environment's
 interpreter (default: this one), where ``onnx_folder.py`` exports the folder and
 runs it in onnxruntime against Alilama's logits and greedy ids before ``OUT``
-is swapped in. A model without a native architecture (NoPE, ALiBi with biases,
-plugin schemes) is refused: optimum has no ONNX configuration for remote code.
+is swapped in. The folder is laid out as transformers.js reads it (and optimum's
+``ORTModelForCausalLM``, which searches subfolders): ``OUT/onnx/model.onnx`` with
+config.json, generation_config.json and the tokenizer files at the top. A model
+without a native architecture (NoPE, ALiBi with biases, plugin schemes) is refused:
+optimum has no ONNX configuration for remote code.
 """
 
 from __future__ import annotations
@@ -45,16 +48,15 @@ def export_onnx(
 ) -> dict[str, Any]:
     """Write the ONNX folder ``out`` for ``run`` (built beside it, swapped in when checked); what it holds."""
     from alilama_core.contracts.files import disk_full_guard, exclusive_lock
-    from alilama_core.runs.checkpoint import load_run
-    from alilama_core.runs.outputs import building, check_output
-    from alilama_hf.export import export, write_expected
+    from alilama_core.runs.outputs import building, check_export, follow_umask
+    from alilama_hf.export import export, load_for_export, write_expected
     from alilama_hf.native import native_reason
 
     step = on_step or (lambda text: None)
     python = python or sys.executable
     out = Path(out)
-    check_output(out, "onnx", overwrite, inputs=[run], what="ONNX export")
-    loaded = load_run(run, checkpoint=checkpoint)
+    check_export(out, "onnx", run, overwrite)
+    loaded = load_for_export(run, checkpoint)
     reason = native_reason(loaded.config.model)
     if reason is not None:
         raise UnsupportedError(
@@ -65,9 +67,9 @@ def export_onnx(
         expected = Path(tmp) / "expected.safetensors"
         write_expected(loaded, expected)
         step(f"exported {run} as transformers' {json.loads((folder / 'config.json').read_text())['model_type']}")
-        with disk_full_guard(out, "ONNX export"), exclusive_lock(out, "ONNX export"):
-            check_output(out, "onnx", overwrite, inputs=[run], what="ONNX export")
-            with building(out, "onnx", "ONNX export") as work:
+        with exclusive_lock(out, "ONNX export"):
+            check_export(out, "onnx", run, overwrite)  # again, under the lock
+            with building(out, "onnx", "ONNX export") as work, disk_full_guard(out, "ONNX export"):
                 result = _run(python, folder, work, expected)
                 wrong = []
                 if not result["max_logit_diff"] <= ONNX_TOLERANCE:
@@ -76,6 +78,7 @@ def export_onnx(
                     wrong.append("greedy ids differ")
                 if wrong:
                     raise AlilamaError(f"onnxruntime does not compute the run's model: {'; '.join(wrong)}")
+                follow_umask(work)
                 step(
                     f"optimum-onnx {result['optimum_onnx']} exported it; onnxruntime {result['onnxruntime']}: "
                     f"logits within {result['max_logit_diff']:.1e}, greedy ids equal"

@@ -9,7 +9,9 @@ PYTHON`` runs it there; the tests run it in the same way)::
 
 It writes ``OUT`` with ``optimum.exporters.onnx.main_export`` (task
 ``text-generation-with-past``: a decoder that takes and returns past keys and
-values, so onnxruntime generates incrementally), loads it with
+values, so onnxruntime generates incrementally), moves the model into
+``OUT/onnx/`` (where transformers.js looks for ``model.onnx``; its external
+data, if any, beside it), loads it with
 ``ORTModelForCausalLM`` and prints one JSON object: the versions, the largest
 logit difference from ``EXPECTED`` (written by ``alilama_hf.export.write_expected``),
 whether greedy generation through the KV cache gives Alilama's ids, and the
@@ -35,6 +37,10 @@ def export_and_check(folder: str, out: str, expected: str) -> dict:
         want = {k: f.get_tensor(k) for k in f.keys()}
         meta = f.metadata()
     main_export(folder, output=out, task="text-generation-with-past", device="cpu", do_validation=False)
+    os.mkdir(os.path.join(out, "onnx"))
+    for name in os.listdir(out):  # model.onnx and its external data (model.onnx_data), as transformers.js reads them
+        if name.endswith((".onnx", ".onnx_data")):
+            os.replace(os.path.join(out, name), os.path.join(out, "onnx", name))
     model = ORTModelForCausalLM.from_pretrained(out, use_cache=True)
     ids = want["ids"]
     logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits.float()
@@ -55,7 +61,7 @@ def export_and_check(folder: str, out: str, expected: str) -> dict:
         "max_logit_diff": (logits - want["logits"].float()).abs().max().item(),
         "greedy_equal": greedy == want["greedy"].tolist(),
         "greedy": greedy,
-        "files": sorted(os.listdir(out)),
+        "files": sorted(os.path.relpath(os.path.join(d, f), out) for d, _, fs in os.walk(out) for f in fs),
     }
 
 

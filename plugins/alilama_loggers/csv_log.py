@@ -4,7 +4,9 @@ In ``RUN/trackers/csv/`` (or ``dir/<run name>`` with ``train.logger_options.csv.
 ``metrics.csv`` (``step,key,value``: one line per number, evaluations included),
 ``samples.csv`` (``step,index,text``), ``params.csv`` (``key,value``: the
 hyperparameters) and, at the end, ``summary.csv`` (``key,value``). A resumed
-run first drops the lines logged past the checkpoint it continues from.
+run first drops the lines logged past the checkpoint it continues from; a new
+run starts the files afresh (a run replaced with ``--overwrite`` may have left
+them in ``dir/<run name>``).
 """
 
 from __future__ import annotations
@@ -48,10 +50,15 @@ class CsvLogger(Logger):
         self.dir.mkdir(parents=True, exist_ok=True)
         if run.purpose == "train":
             _write_table(self.dir / PARAMS, ["key", "value"], sorted(run_params(run).items()))
+        fresh = run.purpose == "train" and run.resumed_from is None  # a new run: an old one's rows are not its own
+        if fresh:
+            (self.dir / SUMMARY).unlink(missing_ok=True)
         self.files, self.writers = {}, {}
         for name, header in HEADERS.items():
             path = self.dir / name
-            if run.resumed_from is not None and path.is_file():
+            if fresh:
+                _write_table(path, header, [])
+            elif run.resumed_from is not None and path.is_file():
                 _write_table(path, header, _rows_through(path, run.resumed_from))
             new = not path.is_file()
             self.files[name] = open(path, "a", newline="", encoding="utf-8")

@@ -9,12 +9,18 @@ artifacts ``samples/step-XXXXXXXX.txt``; the end's summary becomes tags
 the same run, skips the steps it already holds and replays from
 ``metrics.jsonl`` any it lacks, so each step is there once.
 Runs share the experiment ``experiment`` (default ``alilama``), so a study's
-runs in one store compare side by side.
+runs in one store compare side by side. A tracking server (an ``http(s)://``
+URI) is asked once when the logger starts, for at most ``PROBE_TIMEOUT_S``
+seconds and without retries, and it says so on stderr: one that does not
+answer is reported at once, and the run goes on without MLflow.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import re
+import sys
 import time
 from pathlib import Path
 from typing import Any, ClassVar
@@ -23,6 +29,35 @@ from alilama_core.contracts.logger import Logger, RunStart, replay
 from alilama_loggers.common import describe_end, log_dir, run_params
 
 MAX_PARAM = 6000  # characters MLflow keeps of a param's value
+PROBE_TIMEOUT_S = 5
+"""How long a tracking server may take to answer the first request, once, before the logger gives up
+(MLflow's own defaults retry a server that does not answer for about four minutes)."""
+
+
+def reach_server(client, uri: str) -> None:
+    """Ask the tracking server at ``uri`` once, without retries and for at most ``PROBE_TIMEOUT_S`` seconds;
+    say so on stderr first. A server that does not answer raises ``ConnectionError`` naming it."""
+    print(f"mlflow: connecting to the tracking server {uri} (at most {PROBE_TIMEOUT_S} s)", file=sys.stderr, flush=True)
+    quick = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": str(PROBE_TIMEOUT_S)}
+    saved = {key: os.environ.get(key) for key in quick}
+    os.environ.update(quick)  # MLflow reads them at each request
+    try:
+        client.search_experiments(max_results=1)
+    except Exception as exc:  # MlflowException wraps the connection error in its message
+        found = re.search(r"\[Errno -?\d+\] ([^\"')]+)|(timed out)", str(exc))
+        why = (found.group(1) or found.group(2)).strip() if found else " ".join(str(exc).split())[:300]
+        message = (
+            f"cannot reach the MLflow tracking server {uri} ({why}); start it, or fix "
+            "train.logger_options.mlflow.tracking_uri; going on without MLflow"
+        )
+        print(f"mlflow: {message}", file=sys.stderr, flush=True)
+        raise ConnectionError(message) from None
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _artifacts_beside(uri: str) -> str | None:
@@ -51,7 +86,10 @@ class MlflowLogger(Logger):
         if not given:  # the run's own store, found again from the run folder wherever it has moved
             folder.mkdir(parents=True, exist_ok=True)
             uri = f"sqlite:///{folder.resolve() / 'mlflow.db'}"
-        self.client = client = MlflowClient(tracking_uri=uri)
+        client = MlflowClient(tracking_uri=uri)
+        if uri.startswith(("http://", "https://")):
+            reach_server(client, uri)  # before close() could wait on it too
+        self.client = client
         self.run_id = run.state.get("run_id")
         if self.run_id is None:
             name = self.options["experiment"]

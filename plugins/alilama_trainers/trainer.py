@@ -4,9 +4,11 @@ Each optimiser step draws ``train.batch_size`` random windows of
 ``context_length + 1`` tokens from the memory-mapped train split (the essay's
 "random story fragments"); under DDP every rank draws the same global batch and
 takes its share, so the global batch, and the losses, are those of one process.
-AdamW with weight decay on matrices only, linear warm-up then cosine decay to
-``min_lr``, gradient clipping, accumulation, optional bf16 autocast and
-``torch.compile``.
+The optimiser is the one ``train.optimizer`` names in the registry (``adamw``,
+``muon`` or a plugin's: ``alilama_trainers.optimizers``), linear warm-up then cosine
+(or WSD) decay to ``min_lr``, gradient clipping, accumulation, optional bf16
+autocast and ``torch.compile``: it honours every setting of
+``alilama_core.contracts.trainer.SETTINGS``.
 
 The run folder (config, run.json, checkpoints with the optimiser and RNG
 states and the sampler's position, metrics.jsonl) is written through the core's
@@ -40,8 +42,10 @@ import torch.nn.functional as F
 
 from alilama_core.contracts.config import Config, estimate_parameters
 from alilama_core.contracts.errors import AlilamaError, ConfigError
-from alilama_core.contracts.trainer import Trainer
+from alilama_core.contracts.optimizer import set_lr
+from alilama_core.contracts.trainer import SETTING_NAMES, Trainer
 from alilama_core.engine.model import GPT, build_model
+from alilama_core.engine.registry import build_optimizer, optimizer_for
 from alilama_core.engine.threads import apply_threads, choose_threads, default_threads
 from alilama_core.engine.validate import check_memory
 from alilama_core.runs.sources import open_data_source
@@ -105,66 +109,17 @@ class BudgetMarks:
         return False
 
 
-def make_optimizer(model: torch.nn.Module, cfg):
-    """AdamW (weight decay on matrices, embedding included; none on biases and norms), or with
-    ``train.optimizer=muon`` Muon for the blocks' matrices and that AdamW for the rest (``TwoOptimizers``)."""
-    if getattr(cfg, "optimizer", "adamw") == "muon":
-        muon = [p for n, p in model.named_parameters() if p.requires_grad and p.dim() == 2 and n.startswith("blocks.")]
-        ids = {id(p) for p in muon}
-        rest = [p for p in model.parameters() if p.requires_grad and id(p) not in ids]
-        return TwoOptimizers(
-            torch.optim.Muon(muon, lr=cfg.muon_lr, momentum=cfg.muon_momentum, weight_decay=cfg.weight_decay),
-            _adamw(rest, cfg),
-            scale=cfg.muon_lr / cfg.lr,
-        )
-    return _adamw(list(model.parameters()), cfg)
-
-
-def _adamw(params: list, cfg) -> torch.optim.AdamW:
-    decay = [p for p in params if p.requires_grad and p.dim() >= 2]
-    no_decay = [p for p in params if p.requires_grad and p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2))
-
-
-class TwoOptimizers:
-    """Muon for matrices beside AdamW for the rest, stepped, zeroed, saved and restored as one optimiser.
-
-    ``param_groups`` lists both optimisers' groups; Muon's carry ``lr_scale`` (``muon_lr / lr``), so the
-    schedule sets each group's ``lr`` to ``lr_scale`` times its own value.
-    """
-
-    def __init__(self, muon: torch.optim.Optimizer, adamw: torch.optim.Optimizer, scale: float) -> None:
-        self.muon, self.adamw = muon, adamw
-        for group in muon.param_groups:
-            group["lr_scale"] = scale
-
-    @property
-    def param_groups(self) -> list[dict]:
-        return [*self.muon.param_groups, *self.adamw.param_groups]
-
-    def step(self) -> None:
-        self.muon.step()
-        self.adamw.step()
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self.muon.zero_grad(set_to_none=set_to_none)
-        self.adamw.zero_grad(set_to_none=set_to_none)
-
-    def state_dict(self) -> dict:
-        return {"muon": self.muon.state_dict(), "adamw": self.adamw.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        if set(state) != {"muon", "adamw"}:
-            raise ValueError("this checkpoint's optimiser state is not Muon + AdamW (train.optimizer changed?)")
-        self.muon.load_state_dict(state["muon"])
-        self.adamw.load_state_dict(state["adamw"])
-
-
 class Distributed:
     """Rank, world size and device; initialises the process group under torchrun."""
 
     def __init__(self, device: str) -> None:
+        if device not in ("auto", "cpu", "cuda"):
+            raise ConfigError(f"train.device must be auto, cpu or cuda, got {device!r}")
+        if device == "cuda" and not torch.cuda.is_available():
+            raise ConfigError(
+                "train.device=cuda, but this PyTorch sees no CUDA GPU (torch.cuda.is_available() is false); "
+                "set train.device=cpu (or auto), or install a CUDA build of PyTorch"
+            )
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
         self.rank = int(os.environ.get("RANK", "0"))
         local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -206,9 +161,11 @@ TRAINING_BYTES_PER_PARAMETER = 16
 
 class DefaultTrainer(Trainer):
     name = "default"
+    supports = SETTING_NAMES
 
     def __init__(self, config: Config, echo=print, show_progress: bool = True) -> None:
         super().__init__(config, echo=echo, show_progress=show_progress)
+        optimizer_for(config.train)  # an unknown optimizer or option is refused before anything is written
         self._stop: str | None = None
 
     # -- checks made before anything is written ----------------------------------
@@ -338,7 +295,7 @@ class DefaultTrainer(Trainer):
         model = build_model(cfg.model).to(dist.device)
         if data.writes_samples:
             self._check_samples_fit(model, tokenizer)
-        opt = make_optimizer(model, tcfg)
+        opt = build_optimizer(model, tcfg)
         sampler = np.random.Generator(np.random.PCG64(tcfg.seed))
         step, tokens_seen, best = 0, 0, {"val_loss": None, "step": None}
         train_loss = None
@@ -380,8 +337,7 @@ class DefaultTrainer(Trainer):
 
         def checkpoint_state() -> dict:
             state = {"step": step, "tokens": tokens_seen, "best": best, "sampler": sampler.bit_generator.state}
-            if budget is not None:  # the time trained so far, so a resumed run keeps its budget and schedule
-                state["time_s"] = trained_s()
+            state["time_s"] = trained_s()  # so a resumed run keeps its time budget, schedule and elapsed_s
             return state
 
         try:
@@ -389,8 +345,7 @@ class DefaultTrainer(Trainer):
             out_of_time = False
             while tcfg.max_steps is None or step < tcfg.max_steps:
                 lr = lr_at(step, tcfg, None if budget is None else trained_s())
-                for group in opt.param_groups:
-                    group["lr"] = lr * group.get("lr_scale", 1.0)
+                set_lr(opt, lr)
                 starts = data.draw(sampler, tcfg.batch_size)  # the same global batch on every rank
                 mine = starts[dist.rank * share : (dist.rank + 1) * share]
                 loss_sum = 0.0
@@ -440,7 +395,7 @@ class DefaultTrainer(Trainer):
                 left = None if budget is None else max(0.0, budget - spent - elapsed)
                 progress.update(step, train_loss, tokens_seen - tokens_at_start, elapsed, last_eval, lr, left)
                 if step % tcfg.log_every == 0 or "val_loss" in row or last:
-                    row["elapsed_s"] = round(elapsed, 3)
+                    row["elapsed_s"] = round(spent + elapsed, 3)  # across resumes, as train.max_time counts
                     writer.log(row)
                 if stop_at is not None and step >= stop_at and not last:
                     self._stop = f"stopped at step {stop_at} (--stop-at)"

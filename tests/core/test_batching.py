@@ -108,3 +108,37 @@ def test_finish_reasons_and_the_end_of_a_learned_table():
     assert len(PROMPTS[1]) + len(tokens) <= 16 + 1  # never past the table
     with pytest.raises(ConfigError, match="covers 16 positions"):
         batch.join(list(range(20)), SamplingSettings(max_new_tokens=5))
+
+
+def test_a_sequence_that_fails_ends_alone_and_the_others_go_on():
+    """A sequence whose sampling fails (a NaN temperature that got past every check) gets an error event;
+    the other rows decode on to the tokens they make alone."""
+    model = model_for("alibi")
+    settings = SamplingSettings(max_new_tokens=10, temperature=0)
+    batch = ContinuousBatch(model, rows=3, capacity=64, eot_id=EOT)
+    good, _ = batch.join(PROMPTS[0], settings)
+    bad, _ = batch.join(PROMPTS[1], SamplingSettings(max_new_tokens=10, temperature=1.0, seed=1))
+    batch.live[bad].settings.temperature = float("nan")  # as if validation had missed it
+    events = batch.step()
+    failed = [e for e in events if e.handle == bad]
+    assert failed[0].finish_reason == "error" and isinstance(failed[0].error, RuntimeError)
+    assert bad not in batch.live and good in batch.live
+    tokens = [e.token for e in events if e.handle == good]
+    while len(batch):
+        tokens += [e.token for e in batch.step() if e.token is not None]
+    assert tokens == alone(model, PROMPTS[0], settings)[1:]
+
+
+def test_join_refuses_bad_input_before_it_changes_anything():
+    model = model_for("alibi")
+    batch = ContinuousBatch(model, rows=2, capacity=64, eot_id=EOT)
+    for settings, prompt, phrase in (
+        (SamplingSettings(temperature=float("nan")), [1, 2], "temperature must be a finite number"),
+        (SamplingSettings(seed=2**70), [1, 2], "seed must be between 0 and 2**63-1"),
+        (SamplingSettings(logit_bias={10_000: 1.0}), [1, 2], "logit_bias names token 10000"),
+        (SamplingSettings(temperature=1e-300), [1, 2], "at least 1e-05"),
+        (SamplingSettings(), [1, 10_000], "outside this model's"),
+    ):
+        with pytest.raises(ConfigError, match=phrase.replace("*", r"\*").replace("(", r"\(").replace(")", r"\)")):
+            batch.join(prompt, settings)
+    assert batch.free_rows == 2 and not batch.live

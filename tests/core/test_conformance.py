@@ -90,4 +90,4 @@ def test_default_trainer_conforms(tmp_path):
     save_tokenizer(tok, tmp_path / "tok")
     prepare([str(tmp_path / "stories.txt")], tmp_path / "tok", tmp_path / "data", val_fraction=0.1)
     done = check_trainer("default", tmp_path / "data")
-    assert done == ["fit", "stop and resume", "trains a task", "bad input"]
+    assert done == ["fit", "stop and resume", "trains a task", "bad input", "settings"]

@@ -173,3 +173,76 @@ def test_contending_processes_exclude_each_other_while_lock_files_come_and_go(tm
         assert p.returncode == 0, stderr  # a FileExistsError on the marker: two holders at once
         assert stdout.strip() == "150"
     assert list(tmp_path.iterdir()) == []
+
+
+# -- every file of every export road -------------------------------------------------------------------------
+
+READERS = Path(__file__).resolve().parents[2] / "build" / "envs" / "readers" / "bin" / "python"
+
+
+@pytest.fixture(scope="module")
+def learned_run(tmp_path_factory) -> Path:
+    """A tiny run with learned positions: every road exports it (hf natively and as remote code, gguf, onnx)."""
+    pytest.importorskip("transformers")
+    from alilama_testing import tiny_config
+
+    from alilama_bpe.tokenizer import BPETokenizer
+    from alilama_core import build_model
+    from alilama_core.contracts.config import Config
+    from alilama_core.engine.configs import save
+    from alilama_core.runs.checkpoint import save_weights
+
+    text = "Once upon a time, there was a little girl named Lily. She loved to play in the sun. " * 10
+    tok = BPETokenizer.train([text], vocab_size=300, special_tokens=["<|endoftext|>"])
+    cfg = tiny_config(positional="learned", attention="sdpa", vocab_size=tok.vocab_size, context_length=32)
+    run = tmp_path_factory.mktemp("modes") / "run"
+    save_weights(build_model(cfg), run / "final")
+    save(Config(model=cfg), run / "config.yaml")
+    tok.save(run / "tokenizer")
+    return run
+
+
+def _export_hf(run: Path, out: Path, format: str = "auto") -> None:
+    from alilama_hf.export import export
+
+    export(run, out, format=format)
+
+
+def _export_gguf(run: Path, out: Path) -> None:
+    pytest.importorskip("gguf")
+    from alilama_hf.gguf_file import export_gguf
+
+    out.mkdir()
+    export_gguf(run, out / "model.gguf", modelfile=True)
+
+
+def _export_onnx(run: Path, out: Path) -> None:
+    if not READERS.exists():
+        pytest.skip(f"export onnx runs optimum in {READERS} (make readers builds it)")
+    from alilama_hf.onnx_export import export_onnx
+
+    export_onnx(run, out, python=str(READERS))
+
+
+ROADS = {
+    "hf": _export_hf,
+    "hf remote-code": lambda run, out: _export_hf(run, out, "remote-code"),
+    "gguf and its Modelfile": _export_gguf,
+    "onnx": _export_onnx,
+}
+
+
+@posix
+@pytest.mark.parametrize("road", list(ROADS))
+def test_every_file_of_every_export_follows_the_umask(road, learned_run, tmp_path):
+    """Under umask 027: files 0640, folders 0750 (safetensors alone used to leave model.safetensors 0600)."""
+    old = os.umask(0o027)
+    try:
+        ROADS[road](learned_run, tmp_path / "out")
+    finally:
+        os.umask(old)
+    written = list((tmp_path / "out").rglob("*"))
+    assert any(p.name in ("model.safetensors", "model.gguf", "model.onnx") for p in written), written
+    modes = {str(p.relative_to(tmp_path)): oct(_mode(p)) for p in [tmp_path / "out", *written]}
+    assert modes == {k: oct(0o750 if (tmp_path / k).is_dir() else 0o640) for k in modes}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no temporary or lock file left beside

@@ -126,3 +126,34 @@ def test_repetition_penalty_discourages_seen_tokens():
 def test_invalid_settings(kw, message):
     with pytest.raises(ConfigError, match=message):
         SamplingSettings(**kw).validate()
+
+
+def test_logit_bias_and_openai_penalties_in_the_sampler():
+    """``logit_bias`` is added; presence counts once and frequency once per use, over the generated tokens."""
+    from alilama_core.engine.generation import next_token
+
+    logits = torch.tensor([[0.0, 0.1, 0.2, 3.0, 0.3, 2.0]])
+    greedy = SamplingSettings(temperature=0)
+    assert int(next_token(logits, greedy, None, None)[0]) == 3
+    assert int(next_token(logits, SamplingSettings(temperature=0, logit_bias={3: -100}), None, None)[0]) == 5
+    assert int(next_token(logits, SamplingSettings(temperature=0, logit_bias={0: 100}), None, None)[0]) == 0
+    generated = torch.tensor([[3, 3, 5]])
+    # 3: 3.0 - 2 * 0.6 - 0.5 = 1.3; 5: 2.0 - 0.6 - 0.5 = 0.9; so 3 stays the likeliest
+    both = SamplingSettings(temperature=0, frequency_penalty=0.6, presence_penalty=0.5)
+    assert int(next_token(logits, both, None, None, generated)[0]) == 3
+    # 3: 3.0 - 2 * 1.2 = 0.6; 5: 2.0 - 1.2 = 0.8: now 5
+    assert (
+        int(next_token(logits, SamplingSettings(temperature=0, frequency_penalty=1.2), None, None, generated)[0]) == 5
+    )
+    # presence alone: 3 and 5 both lose 1.5 once: 1.5 and 0.5; 4 (0.3) is not below 5
+    assert int(next_token(logits, SamplingSettings(temperature=0, presence_penalty=1.5), None, None, generated)[0]) == 3
+    assert torch.equal(logits, torch.tensor([[0.0, 0.1, 0.2, 3.0, 0.3, 2.0]]))  # the caller's logits are left alone
+
+
+def test_a_tiny_temperature_samples_the_argmax_without_nans():
+    from alilama_core.engine.generation import MIN_TEMPERATURE, next_token
+
+    logits = torch.tensor([[1.0, 5.0, 4.999, -2.0]])
+    generator = torch.Generator().manual_seed(0)
+    settings = SamplingSettings(temperature=MIN_TEMPERATURE, top_p=0.9, top_k=3)
+    assert [int(next_token(logits, settings, None, generator)[0]) for _ in range(20)] == [1] * 20

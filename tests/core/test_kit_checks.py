@@ -20,8 +20,8 @@ from alilama_core.kit import (
 
 
 class NoOffset(PositionalScheme):
-    """A bias that forgets where the queries are (as if no KV cache came before them):
-    its ``shapes`` and ``cached == uncached`` checks fail, the others pass."""
+    """A bias that forgets where the queries are (as if no KV cache came before them): its ``shapes``,
+    ``cached == uncached`` and ``padded batch == alone`` (which decodes with a KV cache) checks fail, the others pass."""
 
     kind = "bias"
 
@@ -30,7 +30,11 @@ class NoOffset(PositionalScheme):
         return -0.5 * (q[:, None] - k_pos[None, :]).abs().float().expand(self.n_heads, -1, -1)
 
 
-GAPS = {"shapes": "the bias ignores the cache offset", "cached == uncached": "the bias ignores the cache offset"}
+GAPS = {
+    "shapes": "the bias ignores the cache offset",
+    "cached == uncached": "the bias ignores the cache offset",
+    "padded batch == alone (eager)": "the bias ignores the cache offset",
+}
 
 
 @parametrize_with_checks(
@@ -73,3 +77,20 @@ def test_a_failing_check_says_what_failed_on_its_own():
     cached = next(c for c in positional_checks(NoOffset, backends=[]) if c.name == "cached == uncached")
     with pytest.raises(AssertionError, match="cached and uncached logits differ"):
         cached()
+
+
+def _ignores_padding(q, k, v, *, positional=None, causal=True, key_padding_mask=None):
+    from alilama_attention.eager import eager_attention
+
+    return eager_attention(q, k, v, positional=positional, causal=causal)  # the padding mask dropped
+
+
+def test_a_backend_that_sees_padding_fails_the_padded_batch_and_says_so():
+    from alilama_core.contracts.attention import AttentionBackend
+    from alilama_core.kit import check_attention_backend, registered
+
+    with registered("attention", "sees-padding", AttentionBackend("sees-padding", _ignores_padding)):
+        with pytest.raises(
+            AssertionError, match=r"left-padded batch .* differs from eager on each prompt alone: row 0 "
+        ):
+            check_attention_backend("sees-padding", schemes=("rope",))

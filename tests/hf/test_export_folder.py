@@ -174,7 +174,7 @@ def test_force_replaces_only_an_export_alilama_wrote(run, tmp_path):
 
     for target in (run, run.parent):  # OUT is the run, or holds it
         refused = cli("export", "hf", str(run), str(target), "--force")
-        assert refused.exit_code == 1 and "would destroy the run" in " ".join(refused.output.split())
+        assert refused.exit_code == 1 and "could destroy the run" in " ".join(refused.output.split())
         assert (run / "final" / "model.safetensors").is_file()
 
 

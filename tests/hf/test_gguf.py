@@ -223,7 +223,7 @@ BAD = [
     # (arguments after RUN, exit code, a phrase of the error, what must survive)
     (["{out}", "--dtype", "q4_k"], 1, "--dtype must be one of f32, f16, q8_0", "old"),
     (["{out}"], 1, "exists; pass --force", "old"),
-    (["{dir}"], 1, "is a folder; give the GGUF file's path", "old"),
+    (["{dir}"], 1, "is a folder; give the path of the file to write", "old"),
     (["{out}", "--force", "--check-with", "/nonexistent/python"], 1, "could not run it", "old"),
     (["{out}", "--force", "--checkpoint", "step-99999999"], 1, "step-99999999", "old"),
 ]
@@ -232,13 +232,13 @@ BAD = [
 @pytest.mark.parametrize("args,code,phrase,survives", BAD)
 def test_bad_inputs_fail_clearly_and_keep_the_old_file(args, code, phrase, survives, runs, tmp_path):
     out, folder = tmp_path / "old.gguf", tmp_path / "folder"
-    out.write_bytes(b"an older export")
+    out.write_bytes(b"GGUF, an older export")  # what --force may replace: a GGUF file
     folder.mkdir()
     args = [a.format(out=out, dir=folder) for a in args]
     result = run_cli("export", "gguf", str(runs["alibi"]), *args)
     assert result.returncode == code, result.stdout + result.stderr
     assert phrase in result.stderr and "Traceback" not in result.stderr
-    assert out.read_bytes() == b"an older export"
+    assert out.read_bytes() == b"GGUF, an older export"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "old.gguf"]  # no temporary file left
 
 
@@ -249,15 +249,80 @@ def test_a_scheme_llama_cpp_has_no_architecture_for_is_refused_by_name(kerple_ru
     assert "alibi (mpt)" in result.stderr and not (tmp_path / "k.gguf").exists()
 
 
-def test_a_tokenizer_with_another_split_pattern_is_refused(make_run, tmp_path):
+def test_a_tokenizer_with_another_split_pattern_is_refused_naming_it(make_run, tmp_path):
     from alilama_bpe.tokenizer import BPETokenizer
 
     text = "Once upon a time, there was a little girl named Lily. She loved to play outside in the sun. " * 20
-    tok = BPETokenizer.train([text], vocab_size=300, special_tokens=["<|endoftext|>"], pattern=r"\S+|\s+")
+    words = r"\S+|\s+"
+    tok = BPETokenizer.train([text], vocab_size=300, special_tokens=["<|endoftext|>"], pattern=words)
     run = make_run(tmp_path, "alibi", tok, name="words", d_model=32, n_heads=4, context_length=32)
     result = run_cli("export", "gguf", str(run), str(tmp_path / "w.gguf"))
-    assert result.returncode != 0 and "no llama.cpp pre-tokenizer is known" in result.stderr
-    assert "'dbrx'" in result.stderr and not (tmp_path / "w.gguf").exists()
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    message = " ".join(result.stderr.split())
+    assert f"splits text with the pattern {words!r}" in message
+    assert "llama.cpp has no pre-tokenizer known to split it the same way" in message
+    assert "'dbrx'" in message and "'gpt-2'" in message and not (tmp_path / "w.gguf").exists()
+
+
+HARD_TEXTS = [
+    "She said: \"I'm here, you're there, they'd've LL'S 'Re\"\n\n\n  \n\t x",
+    "1234567 3.14159 ½ ٣٤ 🙂🙂 naïve Ünïcödé — “quotes” ...!!! ???\r\n\r\nend   ",
+    "  leading spaces,\ttabs\t\tand trailing \n",
+]
+
+
+def test_the_split_patterns_are_the_ones_their_tokenizers_use():
+    """GPT-4's as Alilama's BPE writes it; GPT-2's as the tokenizers library's ByteLevel splits."""
+    import regex
+    from alilama_bpe.reference import GPT4_SPLIT_PATTERN
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    from alilama_hf.gguf_file import GPT2_SPLIT, GPT4_SPLIT
+
+    assert GPT4_SPLIT == GPT4_SPLIT_PATTERN
+    byte_level = ByteLevel(add_prefix_space=False, use_regex=True)
+    no_regex = ByteLevel(add_prefix_space=False, use_regex=False)
+    for text in HARD_TEXTS:
+        pieces = [no_regex.pre_tokenize_str(p)[0][0] for p in regex.findall(GPT2_SPLIT, text)]
+        assert [p for p, _ in byte_level.pre_tokenize_str(text)] == pieces
+
+
+@pytest.fixture(scope="module")
+def gpt2_style_run(make_run, tmp_path_factory) -> Path:
+    """A run whose tokenizer is the test plugin ``hf-bpe``: a GPT-2-style byte-level BPE of the tokenizers library."""
+    pytest.importorskip("alilama_hftok", reason="the test plugin tests/plugins/alilama-hftok is not installed")
+    from alilama_hftok.tokenizer import HFByteBPE
+
+    from alilama_core.runs.tokenizers import save_tokenizer
+
+    # numbers and contractions that GPT-2's split keeps whole and GPT-4's cuts: merges across those cuts
+    text = "Once upon a time, in 1234567, there was a girl. She said: I'M HERE, YOU'RE there.\n\n\n  x " * 20
+    tok = HFByteBPE.train([text, *HARD_TEXTS], vocab_size=320, special_tokens=["<|endoftext|>"])
+    root = tmp_path_factory.mktemp("gpt2-style")
+    run = make_run(root, "learned", tok, name="hf-bpe", metrics=False, d_model=32, n_heads=4, context_length=64)
+    save_tokenizer(tok, run / "tokenizer", kind="hf-bpe")  # the folder names its plugin
+    return run
+
+
+def test_a_gpt2_style_tokenizer_exports_with_llama_cpps_gpt2_split(gpt2_style_run, tmp_path):
+    import gguf
+
+    info = export_gguf(gpt2_style_run, tmp_path / "gpt2.gguf")
+    assert info["pre"] == "gpt-2"
+    field = gguf.GGUFReader(tmp_path / "gpt2.gguf").fields["tokenizer.ggml.pre"]
+    assert bytes(field.parts[field.data[0]]).decode() == "gpt-2"
+
+
+def test_llama_cpp_splits_a_gpt2_style_tokenizer_as_the_run_does(gpt2_style_run, tmp_path):
+    python = llama_python()  # before the export: skipped at once where llama.cpp is missing
+    assert python.exists()
+    export_gguf(gpt2_style_run, tmp_path / "gpt2.gguf")
+    loaded = load_run(gpt2_style_run)
+    write_expected(loaded, tmp_path / "expected.safetensors", max_new_tokens=1)
+    texts = [*HARD_TEXTS, "Once upon a time, in 1234567, there was a girl. She said: I'M HERE, YOU'RE there.\n\n\n  x"]
+    result = in_llama_cpp(tmp_path / "gpt2.gguf", tmp_path / "expected.safetensors", texts, tmp_path)
+    assert result["ids"] == [loaded.tokenizer.encode(t, allowed_special="none") for t in texts]
+    assert result["tokenizer_equal"]
 
 
 # -- llama.cpp's own converter on the native Hugging Face exports ------------------------------------

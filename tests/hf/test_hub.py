@@ -204,7 +204,8 @@ def test_export_cli(tmp_path, runs, native_runs):
     assert "No license was given" in card
 
     again = runner.invoke(app, ["export", "hf", str(runs["rope"]), str(out)])
-    assert again.exit_code == 1 and "not empty" in again.output
+    message = " ".join(again.output.split())
+    assert again.exit_code == 1 and "already holds a Hugging Face export; pass --force to replace it" in message
     forced = runner.invoke(
         app,
         ["export", "hf", str(runs["rope"]), str(out), "--force", "--format", "remote-code", "--license", "apache-2.0"],

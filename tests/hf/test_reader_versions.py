@@ -6,19 +6,23 @@ test``. The newest transformers is the one installed here, in a process whose
 first statement makes every ``alilama*`` module unimportable. Both run the
 export's own standalone check (``alilama_hf/probe_folder.py``): logits on two
 rows of random ids as long as the training context, greedy ids and text, and
-the tokenizer's ids, against Alilama's.
+the tokenizer's ids, against Alilama's. ``alilama export onnx`` runs in the
+reader environment (optimum-onnx, onnxruntime), and its folder is read again by
+transformers.js in Node (``make transformers-js``; skipped where it is missing).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 from alilama_testing import NO_ALILAMA
 
 from alilama_hf.export import PROBE_FILE, check_folder, write_expected
@@ -131,6 +135,26 @@ def test_export_check_with_another_python_fails_on_a_wrong_reading(native_runs, 
         check_folder(loaded, native_exports["rope"], ["/nonexistent/python"])
 
 
+def test_a_wrong_reading_of_remote_code_is_not_told_to_use_remote_code(runs, exports, tmp_path):
+    """The advice fits the format: a native export may fall back to remote code, a remote-code one may not."""
+    import shutil
+
+    from alilama_core.contracts.errors import AlilamaError
+    from alilama_core.runs.checkpoint import load_run
+
+    folder = tmp_path / "remote"
+    shutil.copytree(exports["alibi"], folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["norm_eps"] = 0.5  # the folder no longer computes the run's model
+    (folder / "config.json").write_text(json.dumps(config))
+    loaded = load_run(runs["alibi"])
+    with pytest.raises(AlilamaError, match="logits differ by") as info:
+        check_folder(loaded, folder, [], remote_code=True)
+    assert "--format remote-code" not in str(info.value) and "transformers version" in str(info.value)
+    with pytest.raises(AlilamaError, match="Use --format remote-code"):
+        check_folder(loaded, folder, [])
+
+
 def test_native_config_json_carries_every_form_its_readers_read(native_exports):
     rope = json.loads((native_exports["rope"] / "config.json").read_text())
     assert rope["rotary_pct"] == 1.0 and rope["rope_parameters"]["partial_rotary_factor"] == 1.0
@@ -141,22 +165,126 @@ def test_native_config_json_carries_every_form_its_readers_read(native_exports):
     assert mpt["architectures"] == ["MPTForCausalLM"] and mpt["model_type"] == "mpt"
 
 
+# -- the tokenizer of a remote-code export needs no code ------------------------------------------------------
+
+PROMPT = "Do you wish to run the custom code?"  # transformers' question before it runs a folder's code
+
+
+@pytest.mark.parametrize("reader", ["transformers-4", "transformers-5"])
+def test_a_remote_code_exports_tokenizer_loads_without_its_code(reader, exports, runs):
+    """With stdin closed and no Alilama: a plain fast tokenizer, the run's ids, and no question asked.
+
+    transformers 5's AutoTokenizer always reads the model's config.json first, whose auto_map names the model's
+    code, so it asks before that unless told ``trust_remote_code=False``, as the model card writes it; 4.x does
+    not read it when tokenizer_config.json names the class."""
+    from alilama_core.runs.checkpoint import load_run
+
+    python = readers_python() if reader == "transformers-4" else Path(sys.executable)
+    trust = "" if reader == "transformers-4" else ", trust_remote_code=False"
+    code = NO_ALILAMA + textwrap.dedent(
+        f"""
+        import json
+        from transformers import AutoTokenizer, PreTrainedTokenizerFast
+        tok = AutoTokenizer.from_pretrained(sys.argv[1]{trust})
+        assert isinstance(tok, PreTrainedTokenizerFast), type(tok)
+        print(json.dumps(tok(sys.argv[2], add_special_tokens=False)["input_ids"]))
+        """
+    )
+    text = "Once upon a time, there was a little girl. Ünïcödé 🙂<|endoftext|>"
+    proc = subprocess.run(
+        [str(python), "-c", code, str(exports["alibi"]), text],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert PROMPT not in proc.stdout + proc.stderr
+    ids = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert ids == load_run(runs["alibi"]).tokenizer.encode(text, allowed_special="all")
+
+
 # -- ONNX: `alilama export onnx --python` runs optimum-onnx and onnxruntime in the reader environment ---------
 
+ONNX_CASES = ["alibi-nobias", "learned", "rope"]
 
-@pytest.mark.parametrize("name", ["alibi-nobias", "learned", "rope"])
-def test_export_onnx_runs_in_onnxruntime_as_alilama_computes_it(name, native_runs, tmp_path):
-    from alilama_testing import ok, run_cli
 
-    from alilama_core.runs.outputs import kind_of
+@pytest.fixture(scope="module")
+def onnx_exports(native_runs, tmp_path_factory) -> dict:
+    """``alilama export onnx`` of each native run: name -> (folder, the finished command)."""
+    from alilama_testing import run_cli
 
-    out = tmp_path / "onnx"
-    result = run_cli("export", "onnx", str(native_runs[name]), str(out), "--python", str(readers_python()))
-    assert "for onnxruntime: " in ok(result)
+    python = str(readers_python())
+    root = tmp_path_factory.mktemp("onnx")
+    return {
+        name: (root / name, run_cli("export", "onnx", str(native_runs[name]), str(root / name), "--python", python))
+        for name in ONNX_CASES
+    }
+
+
+@pytest.mark.parametrize("name", ONNX_CASES)
+def test_export_onnx_runs_in_onnxruntime_as_alilama_computes_it(name, onnx_exports):
+    from alilama_testing import ok
+
+    from alilama_core.runs.outputs import foreign_entries, kind_of
+
+    out, result = onnx_exports[name]
+    assert "for onnxruntime: " in ok(result) and "onnx/model.onnx" in result.stdout
     line = next(x for x in result.stderr.splitlines() if "onnxruntime 1." in x)
     diff = float(line.split("logits within ")[1].split(",")[0])
     assert diff <= 1e-4 and "greedy ids equal" in line
-    assert (out / "model.onnx").is_file() and kind_of(out) == "onnx"
+    # transformers.js's layout: the model under onnx/, the configs and the tokenizer at the top
+    assert (out / "onnx" / "model.onnx").is_file() and not list(out.glob("*.onnx"))
+    for file in ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"):
+        assert (out / file).is_file(), file
+    assert kind_of(out) == "onnx" and foreign_entries(out, "onnx") == []
+
+
+TRANSFORMERS_JS = ROOT / "build" / "transformers-js"
+JS_PROBE = Path(__file__).resolve().parent / "transformers_js_probe.mjs"
+
+
+def transformers_js() -> Path:
+    """The folder where ``make transformers-js`` installed npm's @huggingface/transformers; skipped when absent."""
+    if shutil.which("node") is None:
+        pytest.skip("transformers.js runs in Node.js, and no `node` is on the PATH")
+    if not (TRANSFORMERS_JS / "node_modules" / "@huggingface" / "transformers").is_dir():
+        pytest.skip(f"transformers.js is not installed in {TRANSFORMERS_JS} (make transformers-js: npm, ~15 s)")
+    return TRANSFORMERS_JS
+
+
+@pytest.mark.parametrize("name", ONNX_CASES)
+def test_transformers_js_runs_the_onnx_export_as_alilama_computes_it(name, onnx_exports, expected, tmp_path):
+    """npm's @huggingface/transformers in Node, offline: the tokenizer's ids, the logits, greedy ids."""
+    from safetensors import safe_open
+
+    js = transformers_js()
+    with safe_open(expected[name], framework="pt") as f:
+        want = {k: f.get_tensor(k) for k in f.keys()}
+        meta = f.metadata()
+    given = {
+        "text": meta["prompt_text"],
+        "ids": want["ids"].tolist(),
+        "prompt": want["prompt"].tolist(),
+        "max_new_tokens": int(meta["max_new_tokens"]),
+        "eot": int(meta["eot"]) if meta["eot"] else None,
+    }
+    (tmp_path / "input.json").write_text(json.dumps(given), encoding="utf-8")
+    proc = subprocess.run(
+        ["node", str(JS_PROBE), str(js), str(onnx_exports[name][0]), str(tmp_path / "input.json")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["text_ids"] == given["prompt"]
+    logits = torch.tensor(got["logits"]).reshape(got["shape"])
+    assert logits.shape == want["logits"].shape
+    assert (logits - want["logits"]).abs().max().item() <= 1e-4
+    assert got["greedy"] == want["greedy"].tolist() and len(got["greedy"]) > 0
 
 
 def test_export_onnx_mistakes(runs, native_runs, tmp_path):
@@ -172,6 +300,7 @@ def test_export_onnx_mistakes(runs, native_runs, tmp_path):
     (theirs / "notes.txt").write_text("mine")
     taken = run_cli("export", "onnx", str(native_runs["rope"]), str(theirs), "--force", "--python", sys.executable)
     assert taken.returncode == 1 and (theirs / "notes.txt").read_text() == "mine"
+    assert "--force replaces only an ONNX export" in taken.stderr and "--overwrite" not in taken.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["theirs"]
 
 

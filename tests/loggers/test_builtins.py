@@ -115,6 +115,10 @@ def test_killed_and_resumed_every_tracker_holds_each_step_once(data_dir, tmp_pat
         assert "train_loss" in found, f"{name} holds {sorted(found)}"
         assert [s for s, _ in found["train_loss"]] == steps, name
         assert [s for s, _ in found["val_loss"]] == [s for s in steps if s % 4 == 0], name
+    elapsed = [v for _, v in metrics_series(run)["elapsed_s"]]  # seconds of training, on across the resume
+    assert elapsed == sorted(elapsed)
+    for name in ("csv", "tensorboard"):  # the trackers that drop what the killed process logged past its checkpoint
+        assert [v for _, v in series(run, name)["elapsed_s"]] == pytest.approx(elapsed, rel=1e-6), name
     tb = folder(run, "tensorboard")
     assert len(list(tb.glob("events.out.tfevents.*"))) == 2  # the same folder, one file per process
     values = [v for _, v in metrics_series(run)["train_loss"]]

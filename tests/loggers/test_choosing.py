@@ -3,6 +3,9 @@ options refused, a missing library named with its extra, and a logger that raise
 
 from __future__ import annotations
 
+import os
+import socket
+import time
 import warnings
 
 import pytest
@@ -148,8 +151,18 @@ def test_a_failing_logger_warns_once_and_training_goes_on(data_dir, tmp_path, br
         assert LateRaising.calls == ["scalars 1"]  # switched off after its first failure: never called again
 
 
-def test_a_failing_logger_through_the_cli_is_one_warning_line(data_dir, tmp_path):
-    """A tracker that cannot be reached (MLflow at a closed port): one warning line, the run completes."""
+@pytest.fixture
+def refusing_uri():
+    """An http URI on 127.0.0.1 whose port refuses connections: bound, never listened on."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield f"http://127.0.0.1:{s.getsockname()[1]}"
+
+
+def test_a_failing_logger_through_the_cli_is_one_warning_line(data_dir, tmp_path, refusing_uri):
+    """A tracker that cannot be reached (MLflow at a closed port, MLflow's own retry settings): said at once,
+    one warning line, and the run completes (it waited minutes before the probe)."""
+    started = time.perf_counter()
     out = run_cli(
         "train",
         "--data",
@@ -159,12 +172,36 @@ def test_a_failing_logger_through_the_cli_is_one_warning_line(data_dir, tmp_path
         *TINY_TRAIN,
         "train.max_steps=4",
         "train.loggers=[mlflow]",
-        "train.logger_options.mlflow.tracking_uri=http://127.0.0.1:9",  # nothing listens there
-        env={"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"},
+        f"train.logger_options.mlflow.tracking_uri={refusing_uri}",
+        timeout=120,
     )
     ok(out)
+    assert time.perf_counter() - started < 90
     assert out.stderr.count("warning: logger 'mlflow' failed in start()") == 1, out.stderr
+    lines = out.stderr.splitlines()
+    assert lines[:2] == [
+        f"mlflow: connecting to the tracking server {refusing_uri} (at most 5 s)",
+        f"mlflow: cannot reach the MLflow tracking server {refusing_uri} (Connection refused); start it, or fix "
+        "train.logger_options.mlflow.tracking_uri; going on without MLflow",
+    ], out.stderr
     assert [r["step"] for r in metrics_rows(tmp_path / "r")] == [1, 2, 3, 4]
+
+
+def test_an_unreachable_mlflow_server_is_given_up_within_seconds(tmp_path, refusing_uri, capsys):
+    from alilama_loggers.mlflow_log import PROBE_TIMEOUT_S, MlflowLogger
+
+    from alilama_core.contracts.logger import RunStart
+
+    before = {k: os.environ.get(k) for k in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT")}
+    logger = MlflowLogger({"tracking_uri": refusing_uri})
+    run = RunStart(run_dir=tmp_path, dir=tmp_path / "trackers" / "mlflow", name="r", config={})
+    started = time.perf_counter()
+    with pytest.raises(ConnectionError, match=r"cannot reach the MLflow tracking server .* \(Connection refused\)"):
+        logger.start(run)
+    logger.close()  # nothing left to wait on
+    assert time.perf_counter() - started < PROBE_TIMEOUT_S
+    assert capsys.readouterr().err.startswith(f"mlflow: connecting to the tracking server {refusing_uri} (at most")
+    assert {k: os.environ.get(k) for k in before} == before  # MLflow's own settings are left as they were
 
 
 def test_a_study_logs_every_run_into_one_tracker(data_dir, tmp_path):

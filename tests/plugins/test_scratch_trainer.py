@@ -58,7 +58,8 @@ def test_the_scratch_trainer_conforms(data):
     from alilama_core.engine.registry import get_trainer
 
     assert not issubclass(get_trainer("scratch"), DefaultTrainer) and get_trainer("scratch") is ScratchTrainer
-    assert check_trainer("scratch", data) == ["fit", "stop and resume", "trains a task", "bad input"]
+    assert ScratchTrainer.supports == {"optimizer", "grad_clip", "warmup_steps"}  # refuses the other settings
+    assert check_trainer("scratch", data) == ["fit", "stop and resume", "trains a task", "bad input", "settings"]
 
 
 def test_scratch_on_text_killed_and_resumed_is_bit_identical(data, tmp_path):
@@ -96,9 +97,11 @@ def test_scratch_on_a_task_killed_and_resumed_is_bit_identical(tmp_path):
     assert rows
 
 
-def test_scratch_refuses_a_time_budget_alone_with_a_clear_error(data, tmp_path):
+def test_scratch_refuses_what_it_does_not_support_with_a_clear_error(data, tmp_path):
     run = tmp_path / "run"
-    args = [*TRAIN, "model.vocab_size=300", "train.max_steps=null", "train.max_time=30"]
+    args = [*TRAIN, "model.vocab_size=300", "train.max_steps=null", "train.max_time=30", "train.dtype=bfloat16"]
     result = cli("train", "--data", str(data), *args, "--out", str(run))
-    assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert "the scratch trainer trains by steps only: give train.max_steps" in result.stdout + result.stderr
+    assert result.returncode == 1 and "Traceback" not in result.stderr and not run.exists()
+    said = " ".join((result.stdout + result.stderr).split())
+    assert "trainer 'scratch' does not support train.dtype=bfloat16 (bf16 autocast" in said
+    assert "train.max_time=30" in said and "Set train.dtype=float32; train.max_time=null, with train.max_steps" in said

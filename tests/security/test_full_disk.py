@@ -3,9 +3,10 @@
 Each case mounts a real 3 MB tmpfs (so the test needs root and ``mount``; it is
 skipped, saying so, where mounting is not permitted), fills it with a filler
 file that leaves a chosen number of bytes, and runs ``alilama train``,
-``alilama data prepare`` or ``alilama export hf`` with its output there. The
-writes then fail inside torch's zip writer, safetensors, numpy or Python's own
-files, each of which reports a full disk in its own words.
+``alilama data prepare`` or an ``alilama export`` road (hf, gguf, onnx) with its
+output there. The writes then fail inside torch's zip writer, safetensors, numpy
+(the gguf package's writer), Python's own files or optimum's ONNX writer in
+another process, each of which reports a full disk in its own words.
 """
 
 from __future__ import annotations
@@ -277,4 +278,86 @@ def test_a_full_disk_during_export_force_keeps_the_old_export(base, disk, export
     result = cli("export", "hf", str(base / "run"), str(out), "--force", "--format", "remote-code")
     assert_one_disk_full_line(result, f"while writing the export folder {str(out)!r}")
     assert digest(out) == before
+    assert disk.leftovers() == []
+
+
+# -- export gguf ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gguf_size(base, tmp_path_factory) -> int:  # noqa: F811
+    pytest.importorskip("gguf")
+    out = tmp_path_factory.mktemp("gguf") / "model.gguf"
+    result = cli("export", "gguf", str(base / "run"), str(out), "--no-progress")
+    assert result.exit_code == 0, result.output
+    return on_disk(out)
+
+
+@pytest.mark.parametrize("share", [0.0, 0.001, 0.3, 0.9, 0.99])
+def test_a_full_disk_during_export_gguf_leaves_no_file(base, disk, gguf_size, share):  # noqa: F811
+    """``share``: the part of the file that fits (the write fails in the header, the vocabulary, the tensors...)."""
+    disk.fill(int(gguf_size * share))
+    out = disk.path / "model.gguf"
+    args = ["export", "gguf", str(base / "run"), str(out), "--modelfile", "--no-progress"]
+    assert_one_disk_full_line(
+        cli(*args), f"while writing the GGUF file {str(out)!r}", "then run the same command again"
+    )
+    assert not out.exists() and not (disk.path / "Modelfile").exists()
+    assert disk.leftovers() == []
+
+    disk.empty_filler()
+    again = cli(*args)
+    assert again.exit_code == 0, again.output
+    assert out.read_bytes()[:4] == b"GGUF" and (disk.path / "Modelfile").is_file()
+
+
+def test_a_full_disk_during_export_gguf_force_keeps_the_old_file(base, disk, gguf_size):  # noqa: F811
+    out = disk.path / "model.gguf"
+    assert cli("export", "gguf", str(base / "run"), str(out), "--no-progress").exit_code == 0
+    before = out.read_bytes()
+    disk.fill(gguf_size // 2)
+    result = cli("export", "gguf", str(base / "run"), str(out), "--force", "--dtype", "f16", "--no-progress")
+    assert_one_disk_full_line(result, f"while writing the GGUF file {str(out)!r}")
+    assert out.read_bytes() == before
+    assert disk.leftovers() == []
+
+
+# -- export onnx ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rope_run(base) -> Path:  # noqa: F811
+    """A run that optimum exports (RoPE: transformers' GPT-NeoX), beside the base run."""
+    run = base / "rope-run"
+    if not run.exists():
+        args = [*ARGS, "model.positional=rope", "--data", str(base / "data"), "--out", str(run)]
+        result = cli("train", *args)
+        assert result.exit_code == 0, result.output
+    return run
+
+
+@pytest.fixture(scope="module")
+def onnx_python() -> str:
+    readers = Path(__file__).resolve().parents[2] / "build" / "envs" / "readers" / "bin" / "python"
+    if not readers.exists():
+        pytest.skip(f"export onnx runs optimum in {readers} (make readers builds it)")
+    return str(readers)
+
+
+@pytest.fixture(scope="module")
+def onnx_size(rope_run, onnx_python, tmp_path_factory) -> int:
+    out = tmp_path_factory.mktemp("onnx") / "onnx"
+    result = cli("export", "onnx", str(rope_run), str(out), "--python", onnx_python, "--no-progress")
+    assert result.exit_code == 0, result.output
+    return on_disk(out)
+
+
+@pytest.mark.parametrize("share", [0.0, 0.6])
+def test_a_full_disk_during_export_onnx_leaves_no_folder(rope_run, disk, onnx_python, onnx_size, share):
+    """``share``: the part of the folder that fits (the write fails in the ONNX file, or in what optimum writes after)."""
+    disk.fill(int(onnx_size * share))
+    out = disk.path / "onnx"
+    result = cli("export", "onnx", str(rope_run), str(out), "--python", onnx_python, "--no-progress")
+    assert_one_disk_full_line(result, f"while writing the ONNX export {str(out)!r}", "then run the same command again")
+    assert not out.exists()
     assert disk.leftovers() == []

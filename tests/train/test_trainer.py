@@ -362,13 +362,14 @@ def test_the_wsd_schedule_warms_up_holds_then_decays_in_a_straight_line():
 
 
 def test_muon_takes_the_blocks_matrices_and_adamw_the_rest(data_dir):
-    from alilama_trainers.trainer import TwoOptimizers, make_optimizer
+    from alilama_trainers.optimizers import TwoOptimizers
 
     from alilama_core import build_model
+    from alilama_core.engine.registry import build_optimizer
 
     cfg = tiny(optimizer="muon", muon_lr=0.02, lr=0.004)
     model = build_model(cfg.model)
-    opt = make_optimizer(model, cfg.train)
+    opt = build_optimizer(model, cfg.train)  # train.optimizer=muon, from the registry
     assert isinstance(opt, TwoOptimizers) and isinstance(opt.muon, torch.optim.Muon)
     muon = {id(p) for g in opt.muon.param_groups for p in g["params"]}
     for name, p in model.named_parameters():

@@ -26,8 +26,10 @@ def test_model_builds_and_runs_past_the_context():
 
 
 def test_conforms_to_the_plugin_contract():
-    """The conformance kit every plugin runs: shapes, cache, backends against eager, save and load, bad input."""
+    """The conformance kit every plugin runs: shapes, cache, positions per row, backends against eager,
+    a left-padded batch against each prompt alone, save and load, bad input."""
     from alilama_core.kit import check_positional_scheme
 
     done = check_positional_scheme("sinusoidal")
     assert "cached == uncached" in done and "sdpa == eager" in done
+    assert "positions per row" in done and "padded batch == alone (sdpa)" in done
