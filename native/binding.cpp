@@ -507,7 +507,8 @@ PYBIND11_MODULE(_native, m) {
 
   m.def(
       "split",
-      [](py::object text) {
+      [](py::object text, int split) {
+        if (split < 0 || split > int(Split::kO200k)) throw TokenizerError("unknown split kind " + std::to_string(split));
         std::string data;
         if (py::isinstance<py::bytes>(text)) data = text.cast<std::string>();
         else data = std::string(utf8_view(text.cast<py::str>()));
@@ -515,14 +516,15 @@ PYBIND11_MODULE(_native, m) {
         py::list out;
         size_t pos = 0;
         while (pos < data.size()) {
-          size_t end = Pretokenizer::next(s, data.size(), pos);
+          size_t end = split_next(Split(split), s, data.size(), pos);
           if (py::isinstance<py::bytes>(text)) out.append(py::bytes(data.data() + pos, end - pos));
           else out.append(py::str(data.data() + pos, end - pos));
           pos = end;
         }
         return out;
       },
-      py::arg("text"), "Chunks of text under the GPT-4 split pattern (str -> list[str], bytes -> list[bytes]).");
+      py::arg("text"), py::arg("split") = 0,
+      "Chunks of text under a split pattern (0 GPT-4, 1 cl100k_base, 2 GPT-2, 3 o200k_base; str -> list[str], bytes -> list[bytes]).");
 
   m.def(
       "utf8_error_offset",
@@ -572,8 +574,15 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("total_chunks", &Trainer::total_chunks);
 
   py::class_<Encoder>(m, "Encoder")
-      .def(py::init<const std::vector<Merge>&, std::vector<std::pair<std::string, uint32_t>>>(),
-           py::arg("merges"), py::arg("special_tokens") = std::vector<std::pair<std::string, uint32_t>>{})
+      .def(py::init([](const std::vector<Merge>& merges, std::vector<std::pair<std::string, uint32_t>> specials,
+                       std::vector<uint32_t> ids, int split) {
+             if (split < 0 || split > int(Split::kO200k)) throw TokenizerError("unknown split kind " + std::to_string(split));
+             return std::make_unique<Encoder>(merges, std::move(specials), std::move(ids), Split(split));
+           }),
+           py::arg("merges"), py::arg("special_tokens") = std::vector<std::pair<std::string, uint32_t>>{},
+           py::arg("ids") = std::vector<uint32_t>{}, py::arg("split") = 0,
+           "ids: the id of each byte and merge when they are not 0..255, 256 + i (empty: those); "
+           "split: the pre-tokenizer (0 GPT-4, 1 tiktoken's cl100k_base, 2 GPT-2, 3 o200k_base).")
       .def(
           "encode",
           [](const Encoder& e, py::str text, std::vector<std::string> allowed, std::optional<int> threads) {

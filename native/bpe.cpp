@@ -159,20 +159,16 @@ void parallel_for(size_t n, int threads, const std::function<void(size_t)>& fn) 
   });
 }
 
-std::vector<std::pair<size_t, size_t>> cut_pieces(const uint8_t* s, size_t n, size_t target) {
+std::vector<std::pair<size_t, size_t>> cut_pieces(const uint8_t* s, size_t n, size_t target, Split kind) {
   std::vector<std::pair<size_t, size_t>> out;
   size_t start = 0;
   while (start < n) {
     size_t want = start + target;
-    size_t cut = want >= n ? n : safe_cut_before(s, n, start, want);
+    size_t cut = want >= n ? n : safe_cut_before(s, n, start, want, kind);
     if (cut <= start) {  // no cut before `want`: look after it
       cut = n;
       for (size_t p = want; p < n; ++p) {
-        if (s[p - 1] == '\n') {
-          uint32_t c;
-          if (s[p] < 0x80) c = s[p]; else decode_utf8(s + p, n - p, c);
-          if (!(Pretokenizer::flags(c) & kSpace)) { cut = p; break; }
-        }
+        if (safe_cut_at(kind, s, n, p)) { cut = p; break; }
       }
     }
     out.emplace_back(start, cut);
@@ -199,7 +195,7 @@ std::vector<Piece> make_pieces(const std::vector<std::string_view>& texts, const
       auto [p, k] = m.empty() ? std::make_pair(std::string_view::npos, size_t(0)) : m.find(t, from);
       size_t end = p == std::string_view::npos ? t.size() : p;
       const uint8_t* s = reinterpret_cast<const uint8_t*>(t.data()) + from;
-      for (auto [a, b] : cut_pieces(s, end - from, target)) pieces.push_back({s + a, b - a, base + from + a});
+      for (auto [a, b] : cut_pieces(s, end - from, target, Split::kGpt4)) pieces.push_back({s + a, b - a, base + from + a});
       if (p == std::string_view::npos) break;
       from = p + m.tokens()[k].size();
     }
@@ -626,8 +622,23 @@ void Encoder::give_cache(std::unique_ptr<Cache> c) const {
   cache_pool_.push_back(std::move(c));
 }
 
-Encoder::Encoder(const std::vector<Merge>& merges, std::vector<std::pair<std::string, uint32_t>> specials)
-    : ranks_(merges.size() + 16), specials_(std::move(specials)), num_merges_(merges.size()) {
+Encoder::Encoder(const std::vector<Merge>& merges, std::vector<std::pair<std::string, uint32_t>> specials,
+                 std::vector<uint32_t> ids, Split split)
+    : ranks_(merges.size() + 16), specials_(std::move(specials)), num_merges_(merges.size()),
+      split_(split), ext_(std::move(ids)) {
+  if (!ext_.empty()) {
+    if (ext_.size() != 256 + merges.size())
+      throw TokenizerError("ids must give one id for each byte and merge (" + std::to_string(256 + merges.size()) +
+                           "), got " + std::to_string(ext_.size()));
+    uint32_t top = 0;
+    for (uint32_t v : ext_) top = std::max(top, v);
+    if (top >= (uint32_t(1) << 31)) throw TokenizerError("ids must be below 2^31");
+    internal_of_.assign(size_t(top) + 1, kNone);
+    for (size_t i = 0; i < ext_.size(); ++i) {
+      if (internal_of_[ext_[i]] != kNone) throw TokenizerError("id " + std::to_string(ext_[i]) + " is given twice");
+      internal_of_[ext_[i]] = uint32_t(i);
+    }
+  }
   // Lengths first, so that merges building ever longer tokens are refused before any
   // byte of them is allocated.
   {
@@ -664,7 +675,7 @@ Encoder::Encoder(const std::vector<Merge>& merges, std::vector<std::pair<std::st
 
 void Encoder::encode_chunk(const uint8_t* s, size_t n, std::vector<uint32_t>& out) const {
   if (n == 1) {
-    out.push_back(s[0]);
+    out.push_back(ext(s[0]));
     return;
   }
   thread_local std::vector<uint32_t> ids, rk, nxt, prv;
@@ -693,7 +704,8 @@ void Encoder::encode_chunk(const uint8_t* s, size_t n, std::vector<uint32_t>& ou
       if (at + 1 < m) rk[at] = rank_of(ids[at], ids[at + 1]);
       if (at > 0) rk[at - 1] = rank_of(ids[at - 1], ids[at]);
     }
-    out.insert(out.end(), ids.begin(), ids.begin() + m);
+    if (ext_.empty()) out.insert(out.end(), ids.begin(), ids.begin() + m);
+    else for (size_t i = 0; i < m; ++i) out.push_back(ext_[ids[i]]);
     return;
   }
   // Long chunk: linked list + min-heap of (rank, position), lazily validated.
@@ -730,17 +742,17 @@ void Encoder::encode_chunk(const uint8_t* s, size_t n, std::vector<uint32_t>& ou
       if (r2 != kNoRank) heap.push({r2, p});
     }
   }
-  for (uint32_t i = 0; i != kNone; i = nxt[i]) out.push_back(ids[i]);
+  for (uint32_t i = 0; i != kNone; i = nxt[i]) out.push_back(ext(ids[i]));
 }
 
 void Encoder::encode_ordinary_cached(const uint8_t* s, size_t n, std::vector<uint32_t>& out,
                                      Cache& cache) const {
   size_t pos = 0;
   while (pos < n) {
-    size_t end = Pretokenizer::next(s, n, pos);
+    size_t end = split_next(split_, s, n, pos);
     size_t len = end - pos;
     if (len == 1) {
-      out.push_back(s[pos]);
+      out.push_back(ext(s[pos]));
     } else if (len > Cache::kMaxChunk) {
       encode_chunk(s + pos, len, out);
     } else {
@@ -815,14 +827,14 @@ struct Segment {
 
 std::vector<Segment> segments_of(std::string_view text, const SpecialMatcher& m,
                                  const std::vector<std::pair<std::string, uint32_t>>& specials,
-                                 size_t target) {
+                                 size_t target, Split kind) {
   std::vector<Segment> segs;
   size_t from = 0;
   while (from <= text.size()) {
     auto [p, k] = m.empty() ? std::make_pair(std::string_view::npos, size_t(0)) : m.find(text, from);
     size_t end = p == std::string_view::npos ? text.size() : p;
     const uint8_t* s = reinterpret_cast<const uint8_t*>(text.data()) + from;
-    for (auto [a, b] : cut_pieces(s, end - from, target)) segs.push_back({s + a, b - a, kNone});
+    for (auto [a, b] : cut_pieces(s, end - from, target, kind)) segs.push_back({s + a, b - a, kNone});
     if (p == std::string_view::npos) break;
     uint32_t sid = kNone;
     for (const auto& sp : specials)
@@ -837,7 +849,7 @@ std::vector<Segment> segments_of(std::string_view text, const SpecialMatcher& m,
 void Encoder::encode_segments(std::string_view text, const SpecialMatcher& m, int threads,
                               std::vector<uint32_t>& out) const {
   size_t target = std::max<size_t>(size_t(1) << 16, text.size() / size_t(std::max(threads, 1) * 8) + 1);
-  std::vector<Segment> segs = segments_of(text, m, specials_, target);
+  std::vector<Segment> segs = segments_of(text, m, specials_, target, split_);
   if (threads <= 1 || segs.size() <= 1) {
     auto cache = take_cache();
     for (const Segment& sg : segs) {
@@ -892,7 +904,7 @@ void Encoder::encode_range(const std::vector<std::string_view>& texts, const Spe
     if (m.empty()) {
       encode_ordinary_cached(reinterpret_cast<const uint8_t*>(text.data()), text.size(), ids, *cache);
     } else {
-      for (const Segment& sg : segments_of(text, m, specials_, ~size_t(0) >> 1)) {
+      for (const Segment& sg : segments_of(text, m, specials_, ~size_t(0) >> 1, split_)) {
         if (sg.special != kNone) ids.push_back(sg.special);
         else encode_ordinary_cached(sg.s, sg.n, ids, *cache);
       }
@@ -939,7 +951,7 @@ std::string replace_invalid(const std::string& in) {
 }  // namespace
 
 void read_text_blocks(const std::string& path, const std::string& errors, const std::vector<std::string>& tokens,
-                      const std::function<void(std::string&, uint64_t, uint64_t)>& fn) {
+                      const std::function<void(std::string&, uint64_t, uint64_t)>& fn, Split kind) {
   bool replace = errors == "replace";
   if (!replace && errors != "strict") throw TokenizerError("errors must be 'strict' or 'replace', not '" + errors + "'");
   FILE* f = std::fopen(path.c_str(), "rb");
@@ -968,7 +980,7 @@ void read_text_blocks(const std::string& path, const std::string& errors, const 
     if (!eof) {
       const uint8_t* s = reinterpret_cast<const uint8_t*>(buf.data());
       size_t lo = buf.size() > block / 2 ? buf.size() - block / 2 : 0;
-      cut = safe_cut_before(s, buf.size(), lo, buf.size() - 1);
+      cut = safe_cut_before(s, buf.size(), lo, buf.size() - 1, kind);
       if (cut > lo && longest > 1) {
         size_t from = cut > longest ? cut - longest : 0;
         auto [p, k] = m.find(std::string_view(buf).substr(0, cut + longest), from);
@@ -1006,7 +1018,7 @@ std::vector<uint32_t> Encoder::encode_file(const std::string& path, int threads,
     if (out.empty()) out.reserve(size_t(total / 4));
     encode_segments(piece, m, threads, out);
     if (progress && !progress(done, total)) throw std::runtime_error("cancelled");
-  });
+  }, split_);
   return out;
 }
 
@@ -1022,8 +1034,8 @@ std::string Encoder::decode_bytes(const uint32_t* ids, size_t n) const {
   out.reserve(n * 4);
   for (size_t i = 0; i < n; ++i) {
     uint32_t t = ids[i];
-    if (t < vocab_.size()) {
-      out += vocab_[t];
+    if (ext_.empty() ? t < vocab_.size() : (t < internal_of_.size() && internal_of_[t] != kNone)) {
+      out += vocab_[ext_.empty() ? t : internal_of_[t]];
       continue;
     }
     bool found = false;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "hashmap.hpp"
+#include "pretokenize.hpp"
 
 namespace alilama {
 
@@ -61,7 +62,7 @@ void run_threads(size_t threads, const std::function<void(const std::atomic<bool
 void parallel_for(size_t n, int threads, const std::function<void(size_t)>& fn);
 
 // Cuts [0, n) into pieces of about `target` bytes at places that do not change chunks.
-std::vector<std::pair<size_t, size_t>> cut_pieces(const uint8_t* s, size_t n, size_t target);
+std::vector<std::pair<size_t, size_t>> cut_pieces(const uint8_t* s, size_t n, size_t target, Split kind);
 
 struct ChunkStat {
   uint64_t count;
@@ -75,7 +76,7 @@ using ProgressFn = std::function<bool(uint64_t, uint64_t)>;
 // one of `tokens`), validates each (strict: TokenizerError with the byte offset; replace:
 // U+FFFD) and calls fn(block, bytes_done, file_size).
 void read_text_blocks(const std::string& path, const std::string& errors, const std::vector<std::string>& tokens,
-                      const std::function<void(std::string&, uint64_t, uint64_t)>& fn);
+                      const std::function<void(std::string&, uint64_t, uint64_t)>& fn, Split kind = Split::kGpt4);
 
 class Trainer {
  public:
@@ -111,7 +112,11 @@ class Trainer {
 
 class Encoder {
  public:
-  Encoder(const std::vector<Merge>& merges, std::vector<std::pair<std::string, uint32_t>> specials);
+  // `ids` gives the id of each byte and merge (internal id i -> ids[i]) when a vocabulary's
+  // ids are not Alilama's (bytes 0..255, merge i = 256 + i), e.g. imported from tiktoken or
+  // tokenizer.json; empty for Alilama's own. `split` is the pre-tokenizer's pattern.
+  Encoder(const std::vector<Merge>& merges, std::vector<std::pair<std::string, uint32_t>> specials,
+          std::vector<uint32_t> ids = {}, Split split = Split::kGpt4);
   ~Encoder();
   Encoder(const Encoder&) = delete;
   Encoder& operator=(const Encoder&) = delete;
@@ -137,7 +142,7 @@ class Encoder {
   size_t num_merges() const { return num_merges_; }
   // Largest id in use (merges and special tokens).
   uint32_t max_id() const {
-    uint32_t m = uint32_t(vocab_.size() - 1);
+    uint32_t m = uint32_t(ext_.empty() ? vocab_.size() - 1 : internal_of_.size() - 1);
     for (const auto& sp : specials_) m = std::max(m, sp.second);
     return m;
   }
@@ -161,6 +166,10 @@ class Encoder {
   std::vector<std::string> vocab_;
   std::vector<std::pair<std::string, uint32_t>> specials_;
   size_t num_merges_;
+  Split split_;
+  std::vector<uint32_t> ext_;          // internal id -> id (empty: the same)
+  std::vector<uint32_t> internal_of_;  // id -> internal id (0xFFFFFFFF: none), when ext_ is set
+  uint32_t ext(uint32_t internal) const { return ext_.empty() ? internal : ext_[internal]; }
   mutable std::mutex cache_mu_;
   mutable std::vector<std::unique_ptr<Cache>> cache_pool_;
 };

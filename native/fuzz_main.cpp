@@ -84,15 +84,17 @@ std::string random_text(size_t max_len) {
 
 void check_split(const std::string& s) {
   const uint8_t* p = reinterpret_cast<const uint8_t*>(s.data());
-  size_t pos = 0;
-  std::string joined;
-  while (pos < s.size()) {
-    size_t end = Pretokenizer::next(p, s.size(), pos);
-    if (end <= pos || end > s.size()) fail("split made no progress or overran", s);
-    joined.append(s, pos, end - pos);
-    pos = end;
+  for (Split kind : {Split::kGpt4, Split::kCl100k, Split::kGpt2, Split::kO200k}) {  // every pattern it knows
+    size_t pos = 0;
+    std::string joined;
+    while (pos < s.size()) {
+      size_t end = split_next(kind, p, s.size(), pos);
+      if (end <= pos || end > s.size()) fail("split made no progress or overran", s);
+      joined.append(s, pos, end - pos);
+      pos = end;
+    }
+    if (joined != s) fail("chunks do not concatenate to the input", s);
   }
-  if (joined != s) fail("chunks do not concatenate to the input", s);
   (void)utf8_error_offset(p, s.size());
 }
 

@@ -14,7 +14,9 @@ Classes (bit flags), exactly as ``regex`` matches them:
 
 * ``kLetter``  (1): ``\\p{L}``;
 * ``kNumber``  (2): ``\\p{N}``;
-* ``kSpace``   (4): ``\\s``.
+* ``kSpace``   (4): ``\\s``;
+* ``kUpper``   (8): ``[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]``, o200k_base's cased-start class;
+* ``kLower``  (16): ``[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]``, o200k_base's lower-case class.
 
 The table has two stages: ``kStage1[cp >> 8]`` names a 256-entry block of
 ``kStage2``; identical blocks are stored once.
@@ -26,8 +28,14 @@ import sys
 
 import regex
 
-LETTER, NUMBER, SPACE = 1, 2, 4
-CLASSES = {LETTER: r"\p{L}+", NUMBER: r"\p{N}+", SPACE: r"\s+"}
+LETTER, NUMBER, SPACE, UPPER, LOWER = 1, 2, 4, 8, 16
+CLASSES = {
+    LETTER: r"\p{L}+",
+    NUMBER: r"\p{N}+",
+    SPACE: r"\s+",
+    UPPER: r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+",
+    LOWER: r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]+",
+}
 
 # Assigned characters (graphic and format: not Cn, Co, Cs or Cc) in each Unicode
 # version, as published with it; names the version that ``regex`` ships.
@@ -79,7 +87,8 @@ def main(out_path: str) -> None:
         "namespace alilama {",
         f'constexpr const char* kUnicodeVersion = "{version}";',
         f'constexpr const char* kUnicodeSource = "{source}";',
-        f"constexpr uint8_t kLetter = {LETTER}, kNumber = {NUMBER}, kSpace = {SPACE};",
+        f"constexpr uint8_t kLetter = {LETTER}, kNumber = {NUMBER}, kSpace = {SPACE}, kUpper = {UPPER}, "
+        f"kLower = {LOWER};",
         f"static const uint16_t kStage1[{len(stage1)}] = {{",
     ]
     for i in range(0, len(stage1), 24):

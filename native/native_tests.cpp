@@ -287,6 +287,45 @@ void test_files() {
   std::remove(path.c_str());
 }
 
+std::vector<std::string> split_kind(Split kind, const std::string& s) {
+  std::vector<std::string> out;
+  const uint8_t* p = reinterpret_cast<const uint8_t*>(s.data());
+  for (size_t pos = 0; pos < s.size();) {
+    size_t end = split_next(kind, p, s.size(), pos);
+    if (end <= pos) return {"<no progress>"};
+    out.push_back(s.substr(pos, end - pos));
+    pos = end;
+  }
+  return out;
+}
+
+// The other split patterns (GPT-2's, tiktoken's cl100k_base) and an imported vocabulary's ids.
+void test_split_kinds_and_ids() {
+  g_test = "split kinds";
+  using V = std::vector<std::string>;
+  CHECK((split_kind(Split::kGpt2, "a  \n  b's 12345  ") == V{"a", "  \n ", " b", "'s", " 12345", "  "}));
+  CHECK((split_kind(Split::kGpt2, "I'M x's !!? ") == V{"I", "'", "M", " x", "'s", " !!?", " "}));
+  CHECK((split_kind(Split::kCl100k, "a \n  ") == V{"a", " \n  "}));  // \s++$: one chunk at the end
+  CHECK((split_kind(Split::kGpt4, "a \n  ") == V{"a", " \n", "  "}));
+  CHECK((split_kind(Split::kO200k, "HELLOworld helloWorld DON'T a!\n/b") ==
+         V{"HELLOworld", " hello", "World", " DON'T", " a", "!\n/", "b"}));
+  const uint8_t* t = reinterpret_cast<const uint8_t*>("ab  \ncd\nef");
+  CHECK(safe_cut_at(Split::kGpt4, t, 11, 5) && !safe_cut_at(Split::kGpt2, t, 11, 5));
+  CHECK(safe_cut_at(Split::kGpt2, t, 11, 8));
+
+  g_test = "ids";
+  std::vector<uint32_t> ids;
+  for (uint32_t i = 0; i < 257; ++i) ids.push_back(i < 256 ? 1000 + (255 - i) : 5);  // bytes reversed, merge 5
+  Encoder e({{'a', 'a'}}, {{"<|x|>", 7}}, ids, Split::kGpt2);
+  auto out = e.encode("aab<|x|>", {"<|x|>"}, 1);
+  CHECK((out == std::vector<uint32_t>{5, 1000 + 255 - 'b', 7}));
+  CHECK(e.decode_bytes(out.data(), out.size()) == "aab<|x|>");
+  CHECK(e.max_id() == 1255);
+  uint32_t missing = 6;
+  CHECK_THROWS(TokenizerError, e.decode_bytes(&missing, 1));
+  CHECK_THROWS(TokenizerError, Encoder({{'a', 'a'}}, {}, std::vector<uint32_t>(10, 1)));  // not one per id
+}
+
 void test_threads() {
   g_test = "run_threads";
   std::atomic<int> ran{0};
@@ -305,7 +344,7 @@ int main() {
   const std::vector<std::pair<const char*, std::function<void()>>> tests = {
       {"pretokenize", test_pretokenize}, {"StringMap", test_string_map}, {"U64Map", test_u64_map},
       {"SpecialMatcher", test_matcher},  {"Trainer", test_trainer},      {"Encoder", test_encoder},
-      {"files", test_files},             {"run_threads", test_threads},
+      {"files", test_files},             {"run_threads", test_threads},     {"split kinds", test_split_kinds_and_ids},
   };
   for (const auto& [name, fn] : tests) {
     g_test = name;

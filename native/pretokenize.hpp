@@ -91,8 +91,10 @@ class Pretokenizer {
     return unicode_flags(cp);
   }
 
-  // End of the chunk that starts at `pos` (pos < n). Always > pos.
-  static size_t next(const uint8_t* s, size_t n, size_t pos) {
+  // End of the chunk that starts at `pos` (pos < n). Always > pos. With `ws_to_end`, a
+  // whitespace run that reaches the end of the text is one chunk (tiktoken's cl100k_base
+  // writes the pattern with `\s++$` before `\s*[\r\n]`).
+  static size_t next(const uint8_t* s, size_t n, size_t pos, bool ws_to_end = false) {
     // Fast path: [ ]?[A-Za-z]+ followed by ASCII (the bulk of English text).
     {
       size_t p = pos + (s[pos] == ' ');
@@ -156,8 +158,12 @@ class Pretokenizer {
         }
       }
     }
-    // Only whitespace is left here (every other character matched above).
-    // 5: \s*[\r\n]  -- up to the last CR/LF of the whitespace run.
+    return whitespace(s, n, pos, l0, ws_to_end);
+  }
+
+  // Only whitespace is left at `pos`: \s*[\r\n] (up to the last CR/LF of the run), else
+  // \s+(?!\S), else \s+ (GPT-4's, o200k_base's and their kin's last alternatives).
+  static size_t whitespace(const uint8_t* s, size_t n, size_t pos, size_t l0, bool ws_to_end) {
     size_t e = pos, last_nl = 0;
     bool has_nl = false;
     size_t last_start = pos;  // start of the run's last character
@@ -173,6 +179,7 @@ class Pretokenizer {
       e += l;
     }
     if (e == pos) return pos + l0;  // unreachable for valid classes; guarantees progress
+    if (ws_to_end && e == n) return e;
     if (has_nl) return last_nl + 1;
     // 6: \s+(?!\S)
     if (e == n) return e;
@@ -181,7 +188,183 @@ class Pretokenizer {
     return e;
   }
 
+
+  // GPT-2's split (r50k_base, p50k_base; the tokenizers library's ByteLevel regex):
+  //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+  // (tiktoken writes the end as \s++$|\s+(?!\S)|\s, which splits alike).
+  static size_t next_gpt2(const uint8_t* s, size_t n, size_t pos) {
+    {
+      size_t p = pos + (s[pos] == ' ');
+      if (p < n && s[p] < 0x80 && (kAsciiFlags[s[p]] & kLetter)) {
+        size_t e = ascii_letters(s, n, p + 1);
+        if (e == n || s[e] < 0x80) return e;
+        return letters(s, n, e);
+      }
+    }
+    uint8_t b0 = s[pos];
+    if (b0 == '\'' && pos + 1 < n) {  // contractions: ASCII, case-sensitive
+      uint8_t b1 = s[pos + 1];
+      if (b1 == 's' || b1 == 't' || b1 == 'm' || b1 == 'd') return pos + 2;
+      if (pos + 2 < n) {
+        uint8_t b2 = s[pos + 2];
+        if ((b1 == 'r' && b2 == 'e') || (b1 == 'v' && b2 == 'e') || (b1 == 'l' && b2 == 'l')) return pos + 3;
+      }
+    }
+    size_t p = pos + (b0 == ' ');
+    if (p < n) {
+      uint32_t c;
+      size_t l = dec(s, n, p, c);
+      uint8_t f = flags(c);
+      if (f & kLetter) return letters(s, n, p + l);
+      if (!(f & kSpace)) {  // a run of numbers, or of other characters
+        uint8_t want = f & kNumber;
+        size_t e = p + l;
+        while (e < n) {
+          size_t l2 = dec(s, n, e, c);
+          uint8_t f2 = flags(c);
+          if (want ? !(f2 & kNumber) : (f2 & (kSpace | kLetter | kNumber)) != 0) break;
+          e += l2;
+        }
+        return e;
+      }
+    }
+    // Whitespace: \s+(?!\S) leaves the run's last character to the next chunk, unless the
+    // run ends the text; a run of one character followed by non-space is \s+.
+    size_t e = pos, last_start = pos;
+    while (e < n) {
+      uint32_t c;
+      size_t l = dec(s, n, e, c);
+      if (!(flags(c) & kSpace)) break;
+      last_start = e;
+      e += l;
+    }
+    if (e == pos) return pos + 1;  // unreachable for valid classes; guarantees progress
+    if (e == n || last_start == pos) return e;
+    return last_start;
+  }
+
+  // tiktoken's o200k_base (GPT-4o), with U = [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] (kUpper) and
+  // W = [\p{Ll}\p{Lm}\p{Lo}\p{M}] (kLower); marks are in both and are not \p{L}:
+  //   [^\r\n\p{L}\p{N}]?U*W+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?U+W*(?i:...)?
+  //   |\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+  static size_t next_o200k(const uint8_t* s, size_t n, size_t pos) {
+    {  // Fast path: [ ]?[A-Z]*[a-z]+ or [ ]?[A-Z]+ followed by ASCII that is no apostrophe.
+      size_t p = pos + (s[pos] == ' ');
+      if (p < n && s[p] < 0x80 && (kAsciiFlags[s[p]] & kLetter)) {
+        size_t i = p;
+        while (i < n && s[i] >= 'A' && s[i] <= 'Z') ++i;
+        size_t j = i;
+        while (j < n && s[j] >= 'a' && s[j] <= 'z') ++j;
+        size_t e = j > i ? j : i;
+        if (e == n || (s[e] < 0x80 && s[e] != '\'')) return e;
+      }
+    }
+    uint32_t c0;
+    size_t l0 = dec(s, n, pos, c0);
+    uint8_t f0 = flags(c0);
+    bool prefix = !(f0 & (kLetter | kNumber)) && c0 != '\r' && c0 != '\n';
+    size_t e;
+    if (prefix && pos + l0 < n && (e = cased_lower(s, n, pos + l0))) return e;
+    if (f0 & kUpper) {  // a letter or a mark starts the word itself
+      if ((e = cased_lower(s, n, pos))) return e;
+      return cased_upper(s, n, pos);
+    }
+    if (f0 & kLower) return cased_lower(s, n, pos);
+    if (prefix && pos + l0 < n && (e = cased_upper(s, n, pos + l0))) return e;
+    if (f0 & kNumber) {  // \p{N}{1,3}
+      e = pos + l0;
+      for (int k = 1; k < 3 && e < n; ++k) {
+        uint32_t c;
+        size_t l = dec(s, n, e, c);
+        if (!(flags(c) & kNumber)) break;
+        e += l;
+      }
+      return e;
+    }
+    {  // ' ?[^\s\p{L}\p{N}]+[\r\n/]*
+      size_t p = pos + (c0 == ' ');
+      if (p < n) {
+        uint32_t c;
+        size_t l = dec(s, n, p, c);
+        if (is_other(c)) {
+          e = p + l;
+          while (e < n) {
+            size_t l2 = dec(s, n, e, c);
+            if (!is_other(c)) break;
+            e += l2;
+          }
+          while (e < n && (s[e] == '\r' || s[e] == '\n' || s[e] == '/')) ++e;
+          return e;
+        }
+      }
+    }
+    return whitespace(s, n, pos, l0, false);
+  }
+
  private:
+  // U*W+ then an optional contraction, at `start`; 0 when it does not match. U* is greedy:
+  // when no W follows the U run, the run gives back up to its last character that is also W.
+  static size_t cased_lower(const uint8_t* s, size_t n, size_t start) {
+    size_t j = start, last_w = 0;
+    bool any_w = false;
+    uint32_t c = 0;
+    size_t l = 0;
+    while (j < n) {
+      l = dec(s, n, j, c);
+      uint8_t f = flags(c);
+      if (!(f & kUpper)) break;
+      if (f & kLower) {
+        last_w = j;
+        any_w = true;
+      }
+      j += l;
+    }
+    size_t e;
+    if (j < n && (flags(c) & kLower)) {
+      e = j + l;
+      while (e < n) {
+        size_t l2 = dec(s, n, e, c);
+        if (!(flags(c) & kLower)) break;
+        e += l2;
+      }
+    } else if (any_w) {
+      e = last_w + dec(s, n, last_w, c);  // the characters after it are U only
+    } else {
+      return 0;
+    }
+    return contraction(s, n, e);
+  }
+  // U+W* then an optional contraction, at `start`; 0 when it does not match.
+  static size_t cased_upper(const uint8_t* s, size_t n, size_t start) {
+    size_t e = start;
+    uint32_t c;
+    while (e < n) {
+      size_t l = dec(s, n, e, c);
+      if (!(flags(c) & kUpper)) break;
+      e += l;
+    }
+    if (e == start) return 0;
+    while (e < n) {
+      size_t l = dec(s, n, e, c);
+      if (!(flags(c) & kLower)) break;
+      e += l;
+    }
+    return contraction(s, n, e);
+  }
+  // (?i:'s|'t|'re|'ve|'m|'ll|'d)? at e.
+  static size_t contraction(const uint8_t* s, size_t n, size_t e) {
+    if (e + 1 >= n || s[e] != '\'') return e;
+    uint32_t c1;
+    size_t l1 = dec(s, n, e + 1, c1);
+    if (c1 == 's' || c1 == 'S' || c1 == 0x17F || c1 == 't' || c1 == 'T' || c1 == 'm' || c1 == 'M' || c1 == 'd' ||
+        c1 == 'D')
+      return e + 1 + l1;
+    if (e + 2 < n) {
+      uint8_t a = lower(c1), b = lower(s[e + 2]);
+      if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return e + 3;
+    }
+    return e;
+  }
   static size_t dec(const uint8_t* s, size_t n, size_t pos, uint32_t& cp) {
     if (s[pos] < 0x80) {
       cp = s[pos];
@@ -222,19 +405,43 @@ class Pretokenizer {
   }
 };
 
-// A place where text may be cut without changing its chunks: just after a '\n' that
-// is followed by a character that is not whitespace. Returns the cut nearest at or
-// before `want` but after `lo`, or `lo` when there is none.
-inline size_t safe_cut_before(const uint8_t* s, size_t n, size_t lo, size_t want) {
-  if (want >= n) return n;
-  for (size_t p = want; p > lo + 1; --p) {
-    if (s[p - 1] == '\n') {
-      uint32_t c;
-      size_t l = (s[p] < 0x80) ? (c = s[p], 1) : decode_utf8(s + p, n - p, c);
-      (void)l;
-      if (!(Pretokenizer::flags(c) & kSpace)) return p;
-    }
+// The split patterns the native code knows (plugins/alilama_bpe/patterns.py maps pattern
+// strings to them).
+enum class Split : int {
+  kGpt4 = 0,    // Alilama's GPT-4 pattern; Llama-3's splits alike
+  kCl100k = 1,  // tiktoken's cl100k_base: GPT-4's with \s++$ (trailing whitespace is one chunk)
+  kGpt2 = 2,    // GPT-2's (r50k_base, p50k_base)
+  kO200k = 3,   // tiktoken's o200k_base (GPT-4o)
+};
+
+inline size_t split_next(Split kind, const uint8_t* s, size_t n, size_t pos) {
+  switch (kind) {
+    case Split::kCl100k: return Pretokenizer::next(s, n, pos, true);
+    case Split::kGpt2: return Pretokenizer::next_gpt2(s, n, pos);
+    case Split::kO200k: return Pretokenizer::next_o200k(s, n, pos);
+    default: return Pretokenizer::next(s, n, pos);
   }
+}
+
+// A place where text may be cut without changing its chunks: just after a '\n' that is
+// followed by a character that is not whitespace (for GPT-2's split, also preceded by
+// one: there a run of whitespace before a word gives its last character a chunk of its
+// own; for o200k_base's, not followed by '/', which [\r\n/]* takes after punctuation).
+inline bool safe_cut_at(Split kind, const uint8_t* s, size_t n, size_t p) {
+  if (p == 0 || p >= n || s[p - 1] != '\n') return false;
+  if (kind == Split::kGpt2 && (p < 2 || s[p - 2] >= 0x80 || (kAsciiFlags[s[p - 2]] & kSpace))) return false;
+  if (kind == Split::kO200k && s[p] == '/') return false;
+  uint32_t c;
+  if (s[p] < 0x80) c = s[p];
+  else decode_utf8(s + p, n - p, c);
+  return !(Pretokenizer::flags(c) & kSpace);
+}
+
+// The safe cut nearest at or before `want` but after `lo`, or `lo` when there is none.
+inline size_t safe_cut_before(const uint8_t* s, size_t n, size_t lo, size_t want, Split kind = Split::kGpt4) {
+  if (want >= n) return n;
+  for (size_t p = want; p > lo + 1; --p)
+    if (safe_cut_at(kind, s, n, p)) return p;
   return lo;
 }
 

@@ -59,6 +59,9 @@ from alilama_core.app.tasks import tasks_app  # noqa: E402
 
 app.add_typer(tasks_app, name="tasks")
 
+from alilama_core.app import sweep  # noqa: E402
+
+sweep.register(app)  # sweep: many runs on Ray Tune
 
 
 @app.command("plugins", epilog=help_examples("alilama plugins", "alilama plugins --check --json"))

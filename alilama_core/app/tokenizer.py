@@ -191,6 +191,77 @@ def train(
     console.print(table)
 
 
+@tokenizer_app.command(
+    "import",
+    epilog=help_examples(
+        "alilama tokenizer import gpt2 --out tok-gpt2/",
+        "alilama tokenizer import cl100k_base --out tok-cl100k/",
+        "alilama tokenizer import path/to/tokenizer.json --out tok/",
+        "alilama tokenizer import my.tiktoken --pattern cl100k --out tok/",
+    ),
+)
+@_clean_errors
+def import_(
+    source: Annotated[
+        str,
+        typer.Argument(
+            help="A tiktoken ranks file (*.tiktoken), a byte-level BPE tokenizer.json (or its folder), a minbpe .model, or a known "
+            "name: gpt2, r50k_base, p50k_base, cl100k_base, o200k_base (from files already on this machine)."
+        ),
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder to write the tokenizer into.")],
+    pattern: Annotated[
+        Optional[str],
+        typer.Option(
+            "--pattern",
+            help="Split pattern of a ranks file that is not a known one: a regex or gpt2, cl100k, o200k, ...",
+        ),
+    ] = None,
+    special: Annotated[
+        Optional[list[str]],
+        typer.Option("--special", "-s", help="TOKEN=ID special token of a ranks file that is not a known one."),
+    ] = None,
+) -> None:
+    """Import a published byte-level BPE vocabulary (GPT-2, cl100k, o200k, Llama-3, ...) with its own ids."""
+    from alilama_bpe.importers import import_tokenizer
+    from alilama_core.runs.outputs import check_writable_path
+    from alilama_core.runs.tokenizers import save_tokenizer
+
+    specials = None
+    if special:
+        specials = {}
+        for item in special:
+            token, sep, value = item.rpartition("=")
+            if not sep or not token or not value.isdigit():
+                raise TokenizerError(f"--special takes TOKEN=ID, got {item!r}")
+            specials[token] = int(value)
+    check_writable_path(out, "tokenizer folder")
+    if out.is_dir() and any(out.iterdir()):
+        raise TokenizerError(f"{str(out)!r} already exists and is not empty; choose another --out")
+    t0 = time.perf_counter()
+    tok, where = import_tokenizer(source, pattern=pattern, special_tokens=specials)
+    save_tokenizer(tok, out, kind="bpe")
+    table = Table(title=f"tokenizer written to {out}", show_header=False)
+    table.add_row("from", escape(where))
+    for key, value in tok.describe().items():
+        if key != "pattern":
+            table.add_row(key.replace("_", " "), escape(_show(value)))
+    table.add_row("pattern", escape(tok.pattern))
+    table.add_row("import time", f"{time.perf_counter() - t0:.2f} s")
+    console.print(table)
+    if tok.implementation != "native":
+        reason = "the native module is not built" if _native_missing() else "the native pre-tokenizer does not know it"
+        err_console.print(
+            f"[yellow]notice:[/] this split pattern runs on the pure-Python reference ({reason}): same ids, much slower"
+        )
+
+
+def _native_missing() -> bool:
+    from alilama_bpe import _backend
+
+    return _backend.native is None
+
+
 def _show(value: Any) -> str:
     if isinstance(value, dict):
         return ", ".join(f"{k}={v}" for k, v in value.items()) or "none"
@@ -295,8 +366,15 @@ def info(
     for k, v in data.items():
         table.add_row(k, escape(_show(v)))
     specials = set(tok.special_tokens.values())
-    last = [i for i in range(tok.vocab_size - 1, -1, -1) if i not in specials][: max(show, 0)]
-    for i in reversed(last):
-        piece = tok.decode_bytes([i]).decode("utf-8", errors="replace")
+    last = []
+    for i in range(tok.vocab_size - 1, -1, -1):
+        if len(last) >= max(show, 0):
+            break
+        if i not in specials:
+            try:  # an imported vocabulary may have gaps (cl100k_base has no id 100256)
+                last.append((i, tok.decode_bytes([i]).decode("utf-8", errors="replace")))
+            except TokenizerError:
+                continue
+    for i, piece in reversed(last):
         table.add_row(f"id {i}", escape(repr(piece)))
     console.print(table)

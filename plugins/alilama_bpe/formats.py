@@ -54,12 +54,13 @@ def render_token(b: bytes) -> str:
 
 def vocab_text(tok: "BPETokenizer") -> str:
     vocab = reference.vocab_bytes(tok.merges)
+    ids = tok.ids or range(len(vocab))
     lines = []
     for i in range(256):
-        lines.append(f"[{render_token(vocab[i])}] {i}")
+        lines.append(f"[{render_token(vocab[i])}] {ids[i]}")
     for k, (a, b) in enumerate(tok.merges):
         i = 256 + k
-        lines.append(f"[{render_token(vocab[a])}][{render_token(vocab[b])}] -> [{render_token(vocab[i])}] {i}")
+        lines.append(f"[{render_token(vocab[a])}][{render_token(vocab[b])}] -> [{render_token(vocab[i])}] {ids[i]}")
     for t, i in sorted(tok.special_tokens.items(), key=lambda kv: kv[1]):
         lines.append(f"[{t}] {i} (special)")
     return "\n".join(lines) + "\n"
@@ -78,7 +79,41 @@ def config_dict(tok: "BPETokenizer", model: str) -> dict:
         "special_tokens": tok.special_tokens,
         "pattern": tok.pattern,
         "model_sha256": hashlib.sha256(model.encode("utf-8")).hexdigest(),
+        **({"ids": id_runs(tok.ids), "format_version": 2} if tok.ids is not None else {}),
     }
+
+
+def id_runs(ids: list[int]) -> list[list[int]]:
+    """``ids`` as runs ``[first internal id, first id, length]`` (a tiktoken vocabulary is a few hundred)."""
+    runs: list[list[int]] = []
+    for i, v in enumerate(ids):
+        if runs and runs[-1][1] + runs[-1][2] == v and runs[-1][0] + runs[-1][2] == i:
+            runs[-1][2] += 1
+        else:
+            runs.append([i, v, 1])
+    return runs
+
+
+def read_ids(path: Path) -> list[int] | None:
+    """The vocabulary's own ids recorded in a saved folder's config (None: Alilama's numbering)."""
+    cpath = (path if path.is_dir() else path.parent) / CONFIG_FILE
+    if not cpath.is_file():
+        return None
+    try:
+        runs = loads_json(cpath.read_text(encoding="utf-8"), TokenizerError, str(cpath)).get("ids")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as e:
+        raise TokenizerError(f"{cpath} is corrupt: {e}") from None
+    if runs is None:
+        return None
+    ids: list[int] = []
+    try:
+        for start, first, length in runs:
+            if start != len(ids) or length < 1:
+                raise ValueError(f"run {[start, first, length]} does not continue at {len(ids)}")
+            ids.extend(range(first, first + length))
+    except (TypeError, ValueError) as e:
+        raise TokenizerError(f"{cpath} is corrupt: its 'ids' are not runs [internal id, id, length] ({e})") from None
+    return ids
 
 
 def save(tok: "BPETokenizer", directory: Path) -> None:
@@ -222,7 +257,8 @@ def read_folder(path: Path) -> tuple[list[tuple[int, int]], dict[str, int], str]
     if "special_tokens" in config and config["special_tokens"] != specials:
         raise mismatch(f"special tokens {specials}, the config records {config['special_tokens']}")
     size = config.get("vocab_size")
-    if isinstance(size, int) and size != max([256 + len(merges), *(i + 1 for i in specials.values())]):
+    own_ids = "ids" in config  # an imported vocabulary's ids: its size is checked when they are read
+    if isinstance(size, int) and not own_ids and size != max([256 + len(merges), *(i + 1 for i in specials.values())]):
         raise mismatch(f"the vocabulary size differs from the {size} recorded")
     return merges, specials, pattern
 
@@ -313,16 +349,19 @@ def bytes_to_unicode() -> dict[int, str]:
 
 
 def hf_tokenizer_json(tok: "BPETokenizer") -> dict:
+    from alilama_bpe import patterns
+
     b2u = bytes_to_unicode()
     vocab_bytes = reference.vocab_bytes(tok.merges)
+    ids = tok.ids or range(len(vocab_bytes))
     strings = ["".join(b2u[x] for x in b) for b in vocab_bytes]
     vocab: dict[str, int] = {}
     for i, s in enumerate(strings):
         if s in vocab:
             raise TokenizerError(
-                f"ids {vocab[s]} and {i} have the same bytes {vocab_bytes[i]!r}; tokenizer.json cannot hold both"
+                f"ids {vocab[s]} and {ids[i]} have the same bytes {vocab_bytes[i]!r}; tokenizer.json cannot hold both"
             )
-        vocab[s] = i
+        vocab[s] = ids[i]
     for t, i in sorted(tok.special_tokens.items(), key=lambda kv: kv[1]):
         # In the model's vocabulary too, so that `tokenizers` keeps the id (an added token
         # that the model does not know is given the next free id instead, gaps ignored).
@@ -350,13 +389,23 @@ def hf_tokenizer_json(tok: "BPETokenizer") -> dict:
         "padding": None,
         "added_tokens": added,
         "normalizer": None,
-        "pre_tokenizer": {
-            "type": "Sequence",
-            "pretokenizers": [
-                {"type": "Split", "pattern": {"Regex": tok.pattern}, "behavior": "Isolated", "invert": False},
-                {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
-            ],
-        },
+        "pre_tokenizer": (
+            # GPT-2's own split is written as GPT-2's tokenizer.json writes it (ByteLevel's regex)
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+            if patterns.native_split(tok.pattern) == patterns.NATIVE_SPLIT[patterns.GPT2]
+            else {
+                "type": "Sequence",
+                "pretokenizers": [
+                    {
+                        "type": "Split",
+                        "pattern": {"Regex": patterns.HF_SPELLING.get(tok.pattern, tok.pattern)},
+                        "behavior": "Isolated",
+                        "invert": False,
+                    },
+                    {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
+                ],
+            }
+        ),
         "post_processor": None,
         "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
         "model": {
@@ -423,11 +472,12 @@ def tiktoken_encoding(tok: "BPETokenizer", name: str = "alilama-bpe"):
     except ImportError as e:
         raise TokenizerError("to_tiktoken() needs the tiktoken package: pip install tiktoken") from e
     vocab_bytes = reference.vocab_bytes(tok.merges)
+    ids = tok.ids or range(len(vocab_bytes))
     ranks: dict[bytes, int] = {}
     for i, b in enumerate(vocab_bytes):
         if b in ranks:
-            raise TokenizerError(f"ids {ranks[b]} and {i} have the same bytes {b!r}; tiktoken cannot hold both")
-        ranks[b] = i
+            raise TokenizerError(f"ids {ranks[b]} and {ids[i]} have the same bytes {b!r}; tiktoken cannot hold both")
+        ranks[b] = ids[i]
     return tiktoken.Encoding(
         name=name,
         pat_str=tok.pattern,
@@ -438,5 +488,5 @@ def tiktoken_encoding(tok: "BPETokenizer", name: str = "alilama-bpe"):
 
 
 def _contiguous(tok: "BPETokenizer") -> bool:
-    ids = sorted(tok.special_tokens.values())
-    return ids == list(range(256 + len(tok.merges), 256 + len(tok.merges) + len(ids)))
+    ids = sorted([*(tok.ids or range(256 + len(tok.merges))), *tok.special_tokens.values()])
+    return ids == list(range(len(ids)))

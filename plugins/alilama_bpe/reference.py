@@ -324,10 +324,17 @@ def check_merges(merges: Sequence[tuple[int, int]]) -> None:
 class Encoder:
     """Ordinary-text encoder with a cache of seen chunks."""
 
-    def __init__(self, merges: Sequence[tuple[int, int]], pattern: str = GPT4_SPLIT_PATTERN):
+    def __init__(
+        self, merges: Sequence[tuple[int, int]], pattern: str = GPT4_SPLIT_PATTERN, ids: Sequence[int] | None = None
+    ):
         self.ranks = {tuple(p): i for i, p in enumerate(merges)}
         self.pattern = pattern
         self.cache: dict[str, list[int]] = {}
+        self.ids = ids  # the vocabulary's id of each byte and merge, when not Alilama's own
+
+    def _chunk(self, data: bytes) -> list[int]:
+        ids = encode_chunk(data, self.ranks)
+        return ids if self.ids is None else [self.ids[i] for i in ids]
 
     def encode_ordinary(self, text: str) -> list[int]:
         out: list[int] = []
@@ -335,7 +342,7 @@ class Encoder:
         for chunk in split(text, self.pattern):
             ids = cache.get(chunk)
             if ids is None:
-                ids = encode_chunk(chunk.encode("utf-8"), self.ranks)
+                ids = self._chunk(chunk.encode("utf-8"))
                 if len(cache) < 100_000:
                     cache[chunk] = ids
             out.extend(ids)
@@ -345,7 +352,7 @@ class Encoder:
         """Ids of raw bytes (see :func:`split_bytes` for ill-formed UTF-8)."""
         out: list[int] = []
         for chunk in split_bytes(data, self.pattern):
-            out.extend(encode_chunk(chunk, self.ranks))
+            out.extend(self._chunk(chunk))
         return out
 
 

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from alilama_bpe import _backend, reference
+from alilama_bpe import _backend, patterns, reference
 from alilama_bpe.reference import GPT4_SPLIT_PATTERN
 from alilama_core.contracts.errors import AlilamaWarning, TokenizerError
 from alilama_core.contracts.tokenizer import MAX_VOCAB_SIZE, AllowedSpecial, ProgressCallback, Tokenizer
@@ -89,6 +89,7 @@ class BPETokenizer(Tokenizer):
         pattern: str = GPT4_SPLIT_PATTERN,
         *,
         backend: str | None = None,
+        ids: Sequence[int] | None = None,
     ):
         self._merges: list[tuple[int, int]] = []
         for i, pair in enumerate(merges):
@@ -102,27 +103,36 @@ class BPETokenizer(Tokenizer):
         specials = dict(special_tokens or {})
         check_special_tokens(specials)
         n = 256 + len(self._merges)
-        ids = list(specials.values())
-        if len(set(ids)) != len(ids):
+        self._ids = _check_ids(ids, n)
+        taken = set(self._ids) if self._ids is not None else None
+        special_ids = list(specials.values())
+        if len(set(special_ids)) != len(special_ids):
             raise TokenizerError(f"special tokens share an id: {specials}")
         for tok, i in specials.items():
-            if not isinstance(i, int) or i < n:
-                raise TokenizerError(f"special token {tok!r} has id {i}, which is taken by a byte or a merge (< {n})")
+            if not isinstance(i, int) or i < 0 or (i < n if taken is None else i in taken):
+                raise TokenizerError(f"special token {tok!r} has id {i}, which is taken by a byte or a merge")
         self._special = specials
         self.pattern = pattern
         self.requested_vocab_size: int | None = None
         self.stopped_early = False
         chosen = backend if backend is not None else type(self).backend
         self._impl = _backend.resolve(chosen)
-        if self._impl == "native" and pattern != GPT4_SPLIT_PATTERN:
+        split = patterns.native_split(pattern)
+        if self._impl == "native" and split is None:
             if chosen == "native":
-                raise TokenizerError("the native backend supports only the GPT-4 split pattern")
+                raise TokenizerError(
+                    f"the native backend does not know the split pattern {pattern!r}; it knows "
+                    f"{', '.join(sorted(patterns.NAMES))} (the reference backend reads any pattern)"
+                )
             self._impl = "python"
         self._vocab: list[bytes] | None = None
+        self._decode: dict[int, bytes] | None = None
         if self._impl == "native":
-            self._enc: Any = _backend.native.Encoder(self._merges, sorted(specials.items(), key=lambda kv: kv[1]))
+            self._enc: Any = _backend.native.Encoder(
+                self._merges, sorted(specials.items(), key=lambda kv: kv[1]), self._ids or [], split
+            )
         else:
-            self._enc = reference.Encoder(self._merges, pattern)
+            self._enc = reference.Encoder(self._merges, pattern, self._ids)
 
     # ------------------------------------------------------------------ info
 
@@ -136,8 +146,23 @@ class BPETokenizer(Tokenizer):
         return list(self._merges)
 
     @property
+    def ids(self) -> list[int] | None:
+        """The id of each byte and merge (``ids[256 + i]``: merge i) when not Alilama's own, else None.
+
+        Alilama's tokenizers number bytes 0..255 and merge i ``256 + i``; an
+        imported vocabulary keeps its own ids (tiktoken's ranks, tokenizer.json's
+        vocabulary), so ``merges`` are written in Alilama's numbering and
+        ``ids`` maps it to the vocabulary's.
+        """
+        return None if self._ids is None else list(self._ids)
+
+    def _id(self, internal: int) -> int:
+        return internal if self._ids is None else self._ids[internal]
+
+    @property
     def vocab_size(self) -> int:
-        return max([255 + len(self._merges) + 1, *(i + 1 for i in self._special.values())])
+        top = 255 + len(self._merges) if self._ids is None else max(self._ids)
+        return max([top + 1, *(i + 1 for i in self._special.values())])
 
     @property
     def special_tokens(self) -> dict[str, int]:
@@ -146,7 +171,7 @@ class BPETokenizer(Tokenizer):
     @property
     def vocab(self) -> dict[int, bytes]:
         """Bytes of every id (special tokens as their UTF-8 text)."""
-        out = dict(enumerate(self._vocab_list()))
+        out = {self._id(i): b for i, b in enumerate(self._vocab_list())}
         out.update({i: t.encode("utf-8") for t, i in self._special.items()})
         return out
 
@@ -528,17 +553,15 @@ class BPETokenizer(Tokenizer):
                 return self._enc.decode_bytes(ids if hasattr(ids, "__array__") else list(ids))
             except ValueError as e:
                 raise TokenizerError(str(e)) from None
-        vocab = self._vocab_list()
-        inverse = {i: t.encode("utf-8") for t, i in self._special.items()}
+        if self._decode is None:
+            self._decode = self.vocab
+        vocab = self._decode
         out = []
         for i in ids:
-            i = int(i)
-            if 0 <= i < len(vocab):
-                out.append(vocab[i])
-            elif i in inverse:
-                out.append(inverse[i])
-            else:
-                raise TokenizerError(f"token id {i} is not in the vocabulary")
+            b = vocab.get(int(i))
+            if b is None:
+                raise TokenizerError(f"token id {int(i)} is not in the vocabulary")
+            out.append(b)
         return b"".join(out)
 
     def decode(self, ids: Iterable[int], errors: str = "replace") -> str:
@@ -557,7 +580,7 @@ class BPETokenizer(Tokenizer):
         from alilama_bpe import formats
 
         merges, specials, pattern = formats.read_folder(Path(directory))
-        return cls(merges, specials, pattern, backend=backend)
+        return cls(merges, specials, pattern, backend=backend, ids=formats.read_ids(Path(directory)))
 
     def describe(self) -> dict[str, Any]:
         """What ``alilama tokenizer info`` shows."""
@@ -566,6 +589,7 @@ class BPETokenizer(Tokenizer):
             "merges": len(self.merges),
             "pattern": self.pattern,
             "implementation": self.implementation,
+            "own ids": self._ids is not None,
             "stopped_early": self.stopped_early,
         }
 
@@ -586,6 +610,20 @@ class BPETokenizer(Tokenizer):
         from alilama_bpe import formats
 
         return formats.tiktoken_encoding(self, name)
+
+
+def _check_ids(ids: Sequence[int] | None, n: int) -> list[int] | None:
+    """Validated ids of the ``n`` bytes and merges (None: Alilama's own, 0..n-1)."""
+    if ids is None:
+        return None
+    out = [int(i) for i in ids]
+    if len(out) != n:
+        raise TokenizerError(f"ids must give one id for each of the {n} bytes and merges, got {len(out)}")
+    if len(set(out)) != n:
+        raise TokenizerError("ids repeat an id")
+    if min(out) < 0 or max(out) >= MAX_VOCAB_SIZE:
+        raise TokenizerError(f"ids must lie in 0..{MAX_VOCAB_SIZE - 1}")
+    return None if out == list(range(n)) else out
 
 
 @contextmanager

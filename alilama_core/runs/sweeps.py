@@ -1,0 +1,325 @@
+"""A sweep's folder: its plan (the search space and the trials it expands to), each trial's status, the table.
+
+A sweep is many ordinary runs that differ in a few ``section.field=value``
+overrides. This module knows nothing of how trials are run (``alilama sweep``
+runs them on Ray Tune); it reads and writes what a sweep leaves on disk::
+
+    SWEEP/sweep.json          the plan (base settings, space, search, seed) and each trial's status
+    SWEEP/trials/NAME/        one ordinary run folder per trial (eval, generate, plot work on it)
+    SWEEP/logs/NAME.log       what the trial printed
+    SWEEP/results.csv, results.md, results.png
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import itertools
+import json
+import math
+import random
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from alilama_core.contracts.errors import ConfigError
+from alilama_core.contracts.files import atomic_write_text
+
+SWEEP_JSON = "sweep.json"
+TRIALS = "trials"
+LOGS = "logs"
+SEARCHES = ("grid", "random")
+PENDING, RUNNING, DONE, STOPPED, FAILED = "pending", "running", "done", "stopped", "failed"
+"""A trial's status; ``stopped``: ended early by the scheduler (ASHA), not trained again."""
+FILE_KEYS = {
+    "preset",
+    "config",
+    "data",
+    "task",
+    "overrides",
+    "space",
+    "metric",
+    "mode",
+    "search",
+    "samples",
+    "seed",
+    "max_concurrent",
+    "cpus_per_trial",
+    "gpus_per_trial",
+    "scheduler",
+    "logger",
+}
+"""The keys a sweep YAML may hold (``configs/sweeps/*.yaml``)."""
+IDENTITY = ("preset", "config", "data", "task", "overrides", "space", "search", "samples", "seed")
+"""What makes a sweep the same sweep when it is run again (the rest may change between runs)."""
+
+
+@dataclass
+class Trial:
+    """One point of the space: its folder name and its overrides (field -> value as written)."""
+
+    name: str
+    overrides: dict[str, str]
+    status: str = PENDING
+    metric: float | None = None
+    step: int | None = None
+    error: str | None = None
+
+    def args(self) -> list[str]:
+        return [f"{k}={v}" for k, v in self.overrides.items()]
+
+
+@dataclass
+class Plan:
+    """A whole sweep: what every trial shares, what varies, how it is searched and scored."""
+
+    preset: str | None = None
+    config: str | None = None
+    data: str | None = None
+    task: str | None = None
+    overrides: list[str] = field(default_factory=list)
+    space: dict[str, list[str]] = field(default_factory=dict)
+    metric: str | None = None
+    mode: str | None = None
+    search: str = "grid"
+    samples: int | None = None
+    seed: int = 0
+    max_concurrent: int | None = None
+    cpus_per_trial: float = 1
+    gpus_per_trial: float = 0
+    scheduler: str | None = None
+    logger: str | None = None
+    trials: list[Trial] = field(default_factory=list)
+
+    def identity(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in IDENTITY}
+
+
+# -- reading a sweep from the command line and from a YAML file --------------------------------------------
+
+
+def split_values(text: str) -> list[str]:
+    """``alibi,rope`` -> ``["alibi", "rope"]``; commas inside ``[...]``, ``{...}`` or quotes do not split."""
+    items, depth, quote, start = [], 0, "", 0
+    for i, ch in enumerate(text):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    items.append(text[start:])
+    return [item.strip() for item in items]
+
+
+def split_overrides(args: list[str]) -> tuple[list[str], dict[str, list[str]]]:
+    """Command-line overrides as (fixed ones, swept ones): ``field=a,b`` sweeps ``field`` over a and b."""
+    fixed, space = [], {}
+    for item in args:
+        key, sep, raw = item.partition("=")
+        key = key.strip().lstrip("-")
+        if not sep or not key:
+            raise ConfigError(f"override {item!r} must look like section.field=value or section.field=a,b,c")
+        values = split_values(raw)
+        if len(values) == 1:
+            fixed.append(f"{key}={raw}")
+            continue
+        if any(v == "" for v in values):
+            raise ConfigError(f"{item!r}: an empty value in the list; write the values as {key}=a,b,c")
+        if key in space:
+            raise ConfigError(f"{key} is swept twice on the command line; give its values once, as {key}=a,b,c")
+        space[key] = values
+    return fixed, space
+
+
+def _as_override(value: Any) -> str:
+    """A YAML value as the text of a ``field=value`` override."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value)
+    return str(value)
+
+
+def read_sweep_file(path: str | Path) -> dict[str, Any]:
+    """A sweep YAML as plain settings; every mistake is one ``ConfigError`` naming the file."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read the sweep file {str(path)!r}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" line {where.line + 1}" if where else ""
+        raise ConfigError(
+            f"the sweep file {str(path)!r} is not valid YAML ({line.strip() or 'unreadable'}): "
+            f"{getattr(exc, 'problem', None) or exc}"
+        ) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"the sweep file {str(path)!r} must be a mapping (space:, metric:, ...), not a list or text")
+    unknown = sorted(set(data) - FILE_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"the sweep file {str(path)!r} has unknown key(s) {', '.join(unknown)}; valid: {', '.join(sorted(FILE_KEYS))}"
+        )
+    space = data.get("space") or {}
+    if not isinstance(space, dict):
+        raise ConfigError(f"{str(path)!r}: space must map section.field to a list of values")
+    out_space = {}
+    for key, values in space.items():
+        values = values if isinstance(values, list) else [values]
+        if not values:
+            raise ConfigError(f"{str(path)!r}: space.{key} is an empty list; give it at least one value")
+        out_space[str(key)] = [_as_override(v) for v in values]
+    data["space"] = out_space
+    overrides = data.get("overrides") or []
+    if isinstance(overrides, dict):  # overrides: {train.max_steps: 100}
+        overrides = [f"{k}={_as_override(v)}" for k, v in overrides.items()]
+    if not isinstance(overrides, list):
+        raise ConfigError(f"{str(path)!r}: overrides must be a list of section.field=value (or a mapping)")
+    data["overrides"] = [str(o) for o in overrides]
+    return data
+
+
+# -- the trials of a space -------------------------------------------------------------------------------
+
+
+def _short(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[:40] or "x"
+
+
+def trial_name(overrides: dict[str, str]) -> str:
+    """A trial's folder name from its overrides: ``positional-alibi_seed-0``; unique, stable across runs."""
+    parts = [f"{_short(k.rsplit('.', 1)[-1])}-{_short(v)}" for k, v in overrides.items()]
+    readable = "_".join(parts) or "base"
+    digest = hashlib.sha256(json.dumps(overrides, sort_keys=True).encode()).hexdigest()[:6]
+    return f"{readable[:100]}-{digest}"
+
+
+def expand(space: dict[str, list[str]], search: str = "grid", samples: int | None = None, seed: int = 0) -> list[Trial]:
+    """The trials of ``space``: every combination (grid), or ``samples`` distinct ones drawn with ``seed`` (random)."""
+    if search not in SEARCHES:
+        raise ConfigError(f"unknown search {search!r}; choose one of {', '.join(SEARCHES)}")
+    keys = list(space)
+    points = [dict(zip(keys, combo)) for combo in itertools.product(*(space[k] for k in keys))]
+    if search == "random":
+        if not samples or samples < 1:
+            raise ConfigError("a random search needs samples: N (how many trials to draw), N >= 1")
+        points = random.Random(seed).sample(points, min(samples, len(points)))
+    trials = [Trial(trial_name(p), p) for p in points]
+    names = [t.name for t in trials]
+    if len(set(names)) != len(names):
+        raise ConfigError("two trials of the space are the same point; give each value of a field once")
+    return trials
+
+
+# -- the sweep's folder ----------------------------------------------------------------------------------
+
+
+def read_plan(folder: str | Path) -> Plan | None:
+    """The plan recorded in ``folder/sweep.json``, or ``None`` when the folder holds no sweep yet."""
+    path = Path(folder) / SWEEP_JSON
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        trials = [Trial(**t) for t in data.pop("trials")]
+        return Plan(**data, trials=trials)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ConfigError(f"{str(path)!r} is not a sweep record Alilama wrote ({exc}); move it away") from None
+
+
+def write_plan(folder: str | Path, plan: Plan) -> None:
+    atomic_write_text(Path(folder) / SWEEP_JSON, json.dumps(asdict(plan), indent=1) + "\n")
+
+
+def check_same_sweep(folder: str | Path, old: Plan, new: Plan) -> None:
+    """Refuse to continue a sweep folder with another plan: a rerun must be the same sweep."""
+    diff = [k for k in IDENTITY if old.identity()[k] != new.identity()[k]]
+    if diff:
+        what = "; ".join(f"{k}: {old.identity()[k]!r} there, {new.identity()[k]!r} now" for k in diff)
+        raise ConfigError(
+            f"{str(folder)!r} holds another sweep ({what}). Give the same settings to continue it, "
+            "or another --out for a new sweep"
+        )
+
+
+def last_value(rows: list[dict], metric: str) -> tuple[float | None, int | None]:
+    """The last logged value of ``metric`` in a run's metrics rows, and its step."""
+    for row in reversed(rows):
+        value = row.get(metric)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value), row.get("step")
+    return None, None
+
+
+# -- results ---------------------------------------------------------------------------------------------
+
+
+def ranked(plan: Plan) -> list[Trial]:
+    """Trials best first by ``plan.metric`` (``plan.mode``); those without a value last, in plan order."""
+    scored = [t for t in plan.trials if t.metric is not None and not math.isnan(t.metric)]
+    scored.sort(key=lambda t: t.metric if plan.mode == "min" else -t.metric)
+    return scored + [t for t in plan.trials if t not in scored]
+
+
+def table_rows(plan: Plan) -> tuple[list[str], list[list[str]]]:
+    """The results table: header and rows (rank, the metric, each swept field, step, status, trial folder)."""
+    header = ["rank", plan.metric or "metric", *plan.space, "step", "status", "trial"]
+    rows = []
+    for rank, t in enumerate(ranked(plan), 1):
+        value = "" if t.metric is None else f"{t.metric:.4f}"
+        rows.append(
+            [str(rank), value, *(t.overrides.get(k, "") for k in plan.space), str(t.step or ""), t.status, t.name]
+        )
+    return header, rows
+
+
+def table_csv(plan: Plan) -> str:
+    header, rows = table_rows(plan)
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+def table_markdown(plan: Plan) -> str:
+    header, rows = table_rows(plan)
+    lines = [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join("---:" if h in ("rank", "step") else "---" for h in header) + "|",
+    ]
+    lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def is_seed(field_name: str) -> bool:
+    return field_name.rsplit(".", 1)[-1] == "seed"
+
+
+def series(plan: Plan, swept: str) -> dict[tuple, dict[str, list[float]]]:
+    """For one swept field: per combination of the other non-seed fields, its value -> the metrics over seeds."""
+    others = [k for k in plan.space if k != swept and not is_seed(k)]
+    out: dict[tuple, dict[str, list[float]]] = {}
+    for t in plan.trials:
+        if t.metric is None:
+            continue
+        key = tuple(f"{k.rsplit('.', 1)[-1]}={t.overrides[k]}" for k in others)
+        out.setdefault(key, {v: [] for v in plan.space[swept]})[t.overrides[swept]].append(t.metric)
+    return out
