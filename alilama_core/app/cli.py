@@ -361,13 +361,13 @@ def serve_cmd(
             raise AlilamaError(f"{name} must be at least 1, got {value}")
     if max_prompt_tokens is not None and max_prompt_tokens < 1:
         raise AlilamaError(f"--max-prompt-tokens must be at least 1, got {max_prompt_tokens}")
+    if not 0 < body_timeout <= 3600:
+        raise AlilamaError(f"--body-timeout must be between 0 and 3600 seconds, got {body_timeout}")
     if not 0 < port < 65536:
         raise AlilamaError(f"--port must be between 1 and 65535, got {port}")
     loaded = _load_to_sample(run, checkpoint, device, threads)
     limit = loaded.model.positional.max_positions
     prompt_limit = max_prompt_tokens or (768 if limit is None else max(1, min(768, limit - 1)))
-    if not 0 < body_timeout <= 3600:
-        raise AlilamaError(f"--body-timeout must be between 0 and 3600 seconds, got {body_timeout}")
     limits = Limits(
         max_tokens=max_tokens,
         max_prompt_tokens=prompt_limit,

@@ -89,13 +89,12 @@ def score_tokens(logits: Tensor, ids: list[int], top: int) -> list[TokenScore]:
     >>> [s.logprob for s in score_tokens(torch.zeros(3, 4), [1, 2, 3], 0)]   # a uniform model over 4 ids
     [None, -1.3862943649291992, -1.3862943649291992]
     """
-    logp = logits.float().log_softmax(-1)  # (T, V)
-    scores = [TokenScore(ids[0], None, [])]
-    for t in range(1, len(ids)):
-        best = logp[t - 1].topk(top) if top else None
-        alternatives = [] if best is None else [(int(i), float(v)) for v, i in zip(best.values, best.indices)]
-        scores.append(TokenScore(ids[t], float(logp[t - 1, ids[t]]), alternatives))
-    return scores
+    logp = logits[: len(ids) - 1].float().log_softmax(-1)  # (T-1, V): what each token saw before it
+    after = torch.tensor(ids[1:], dtype=torch.long, device=logp.device)
+    own = logp.gather(1, after[:, None])[:, 0].tolist()  # (T-1,)
+    values, indices = logp.topk(top, dim=-1) if top else (logp[:, :0], logp[:, :0].long())  # (T-1, top)
+    best = [list(zip(i, v)) for i, v in zip(indices.tolist(), values.tolist())]
+    return [TokenScore(ids[0], None, [])] + [TokenScore(t, lp, b) for t, lp, b in zip(ids[1:], own, best)]
 
 
 @torch.no_grad()
