@@ -16,7 +16,7 @@ first used, so the CLI starts fast.
 """
 
 from alilama_core.contracts.config import Config, ModelConfig
-from alilama_core.contracts.errors import (
+from alilama_core.base.errors import (
     AlilamaError,
     CheckpointError,
     ConfigError,

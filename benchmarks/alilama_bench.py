@@ -94,7 +94,7 @@ def prepared_stories(root):
 
     from alilama_core.app.prepare import iter_documents, prepare
     from alilama_core.app.stories import write_corpus
-    from alilama_core.contracts.errors import AlilamaWarning
+    from alilama_core.base.errors import AlilamaWarning
     from alilama_core.engine.registry import get_tokenizer
 
     write_corpus(root / "stories.txt", 3000 if FULL else 300, seed=0)

@@ -67,7 +67,7 @@ def _cpu_backends() -> list[str]:
 def models(request, tmp_path_factory):
     """One model per runner, sharing the weights, and the remote-code export loaded back."""
     from alilama_bpe.tokenizer import BPETokenizer
-    from alilama_hf.export import export
+    from alilama_exporters.hf_folder import export
     from transformers import AutoModelForCausalLM
 
     from alilama_core.engine.configs import save

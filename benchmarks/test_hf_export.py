@@ -32,9 +32,11 @@ RUNNERS = ["alilama-generate", "transformers-mpt-native", "transformers-remote-c
 @pytest.fixture(scope="module")
 def runners(tmp_path_factory):
     """``{name: () -> new token ids}`` for the essay-nobias model in the three forms."""
-    import alilama_hf  # noqa: F401  (the remote-code classes, registered)
+    import alilama_hf
+
+    alilama_hf.register_auto_classes()  # the Auto classes, in-process (no remote code)
     from alilama_bpe.tokenizer import BPETokenizer
-    from alilama_hf.export import export
+    from alilama_exporters.hf_folder import export
     from transformers import AutoModelForCausalLM
 
     from alilama_core.contracts.config import Config

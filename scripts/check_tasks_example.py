@@ -103,7 +103,7 @@ def train_config(params: dict, args: list[str]):
     """The config ``alilama train`` would build from its parsed parameters (nothing is trained)."""
     from alilama_core.app.common import resolve_config
     from alilama_core.app.tasks import task_config
-    from alilama_core.contracts.errors import AlilamaError
+    from alilama_core.base.errors import AlilamaError
 
     overrides = list(params["overrides"] or [])
     if params["threads"] is not None:
@@ -236,7 +236,7 @@ def render(results: dict) -> str:
 
 def write_page(block: str) -> None:
     """Put ``block`` between the result markers (added right after the example when missing)."""
-    from alilama_core.contracts.files import atomic_write_text
+    from alilama_core.base.files import atomic_write_text
 
     text = DOC.read_text(encoding="utf-8")
     if RESULT_BEGIN in text and RESULT_END in text:
@@ -252,7 +252,7 @@ def main() -> None:
     p.add_argument("--work", help="work folder to run in (kept; default: a temporary one)")
     p.add_argument("--report-only", action="store_true", help="rewrite the result block from the saved JSON")
     args = p.parse_args()
-    from alilama_core.contracts.files import atomic_write_text
+    from alilama_core.base.files import atomic_write_text
 
     if not args.report_only:
         if args.work:

@@ -13,6 +13,11 @@
    a nanoGPT-shaped causal baseline (a plain causal-SDPA GPT of the same size),
    greedy decoding tokens per second, and fused-kernel time and peak memory for
    forward + backward at T=8192.
+4. The compiled decode step (``alilama_core.engine.decode``: a static KV cache,
+   CUDA graphs through ``torch.compile(mode="reduce-overhead")`` on CUDA, an
+   AOTInductor package on CPU) gives eager decoding's greedy tokens at batch 1
+   and in a left-padded batch, in fp32 (and bf16 on CUDA), with its speed
+   beside eager's and the first call's compile time.
 
 Exits 1 if any row fails. The native tokenizer is not needed.
 """
@@ -136,7 +141,7 @@ def numerics(device: torch.device, dry_run: bool, dtypes: list[torch.dtype]) -> 
     from alilama_attention.auto import case_of
 
     from alilama_core import ModelConfig
-    from alilama_core.contracts.errors import AlilamaError
+    from alilama_core.base.errors import AlilamaError
     from alilama_core.engine.registry import get_positional
 
     table = backends()
@@ -412,6 +417,56 @@ def decode_speed(device: torch.device, dry_run: bool) -> None:
     _compare_auto("decode fp32: auto vs explicit", speeds, dry_run)
 
 
+def compiled_decode(device: torch.device, dry_run: bool) -> None:
+    import warnings
+
+    from alilama_core import ModelConfig, build_model
+    from alilama_core.base.errors import AlilamaWarning
+    from alilama_core.engine import decode as dec
+    from alilama_core.engine.generation import SamplingSettings, generate
+
+    if dry_run:  # Inductor's defaults: a tiny package in seconds, not a tuned one in a minute
+        dec.INDUCTOR_CONFIGS = {"autotune_num_choices_displayed": 0}
+    cfg = ModelConfig(n_layers=2, vocab_size=512) if dry_run else ModelConfig()
+    new = 8 if dry_run else 512
+    how = "CUDA graphs" if device.type == "cuda" else "AOTInductor"
+    for dtype in [torch.float32] if dry_run else [torch.float32, torch.bfloat16]:
+        for batch in (1, 2):
+            label = f"compiled decode {str(dtype)[6:]} B={batch}{' padded' if batch > 1 else ''} ({how})"
+            if over_budget(label):
+                continue
+
+            @guarded(label)
+            def measure():
+                torch.manual_seed(0)
+                model = build_model(cfg).to(device, dtype).eval()
+                prompts = [list(range(1, 17)), list(range(3, 9))][:batch]
+                eager = SamplingSettings(max_new_tokens=new, temperature=0, decode="eager")
+                compiled = SamplingSettings(max_new_tokens=new, temperature=0, decode="compiled")
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error", AlilamaWarning)  # a fallback to eager is a failure here
+                    start = time.perf_counter()
+                    got = generate(model, prompts, compiled)  # compiles (CUDA: captures the graphs)
+                    first = time.perf_counter() - start
+                    want = generate(model, prompts, eager)
+                    reps = 1 if dry_run else 3
+                    t_eager = _time(lambda: generate(model, prompts, eager), device, reps, 0)
+                    t_compiled = _time(lambda: generate(model, prompts, compiled), device, reps, 0)
+                same = sum(a == b for g, w in zip(got, want) for a, b in zip(g, w))
+                total = sum(len(w) for w in want)
+                prefix = all(g[:16] == w[:16] for g, w in zip(got, want))
+                exact = same == total if dtype == torch.float32 else prefix  # bf16 rounding may flip a late near-tie
+                tokens = batch * new
+                row(
+                    "PASS" if exact else "FAIL",
+                    label,
+                    f"{tokens / t_compiled:,.0f} tokens/s compiled, {tokens / t_eager:,.0f} eager "
+                    f"({t_eager / t_compiled:.2f}x); first call {first:.1f} s; {same}/{total} tokens as eager",
+                )
+
+            measure()
+
+
 def long_context(device: torch.device, dry_run: bool) -> None:
     from alilama_attention.auto import case_of
 
@@ -464,7 +519,7 @@ def long_context(device: torch.device, dry_run: bool) -> None:
         _compare_auto(f"T={t} {str(dtype)[6:]}: auto vs explicit", speeds, dry_run)
 
 
-SECTIONS = ["compiles", "choices", "numerics", "train", "decode", "long", "numerics-low"]
+SECTIONS = ["compiles", "choices", "numerics", "train", "decode", "compiled-decode", "long", "numerics-low"]
 
 
 def main() -> int:
@@ -498,6 +553,7 @@ def main() -> int:
         "numerics": lambda: numerics(device, dry, [torch.float32]),
         "train": lambda: [training_speed(device, dry, d) for d in (["fp32"] if dry else ["fp32", "bf16"])],
         "decode": lambda: decode_speed(device, dry),
+        "compiled-decode": lambda: compiled_decode(device, dry),
         "long": lambda: long_context(device, dry),
         "numerics-low": lambda: numerics(device, dry, low),
     }

@@ -98,7 +98,7 @@ def transformers_one_at_a_time(run: Path, root: Path, threads: int, requests: in
     import torch
     from transformers import AutoModelForCausalLM
 
-    from alilama_hf.export import export
+    from alilama_exporters.hf_folder import export
 
     torch.set_num_threads(threads)
     folder = export(run, root / "hf", format="remote-code")
@@ -113,52 +113,90 @@ def transformers_one_at_a_time(run: Path, root: Path, threads: int, requests: in
     return round(requests * NEW_TOKENS / (time.perf_counter() - start), 1)
 
 
+def start_server(run: Path, threads: int, decode: str):
+    """``alilama serve RUN`` on a free loopback port with ``--decode``; (process, url) once /health answers."""
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-c", "from alilama_core.app.cli import main; main()", "serve", str(run)]
+    flags = ["--port", str(port), "--threads", str(threads), "--max-batch", "16", "--max-tokens", "128"]
+    server = subprocess.Popen(
+        [*command, *flags, "--decode", decode], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 600  # --decode compiled builds the 16-row step first (once per run)
+    while True:
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return server, url
+        except httpx.HTTPError:
+            if time.monotonic() > deadline or server.poll() is not None:
+                sys.exit(f"the server did not start: {server.stderr.read() if server.poll() else ''}")
+            time.sleep(0.2)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3, help="Interleaved rounds per client count (medians).")
+    parser.add_argument("--decode", nargs="+", default=["eager", "compiled"], help="The servers to compare.")
+    parser.add_argument("--no-transformers", action="store_true", help="Skip the transformers baseline.")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "figures" / "serving.json")
     args = parser.parse_args()
-    import httpx
+    import os
+    import statistics
 
     with tempfile.TemporaryDirectory(prefix="alilama-load-") as tmp:
         run = make_run(Path(tmp))
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        url = f"http://127.0.0.1:{port}"
-        command = [sys.executable, "-c", "from alilama_core.app.cli import main; main()", "serve", str(run)]
-        flags = ["--port", str(port), "--threads", str(args.threads), "--max-batch", "16", "--max-tokens", "128"]
-        server = subprocess.Popen([*command, *flags], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        servers = {}
         try:
-            deadline = time.monotonic() + 120
-            while True:
-                try:
-                    if httpx.get(url + "/health", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    if time.monotonic() > deadline or server.poll() is not None:
-                        sys.exit(f"the server did not start: {server.stderr.read() if server.poll() else ''}")
-                    time.sleep(0.2)
-            asyncio.run(round_of(url, 1))  # warm-up
-            rows = [asyncio.run(round_of(url, n)) for n in CLIENTS]
+            for decode in args.decode:  # one after another: a compiled server builds its step at start-up
+                started = time.perf_counter()
+                servers[decode] = start_server(run, args.threads, decode)
+                print(f"{decode} server ready in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+            for _, url in servers.values():
+                asyncio.run(round_of(url, 1))  # warm-up
+            measured = {d: {n: [] for n in CLIENTS} for d in servers}
+            for n in CLIENTS:  # the servers alternate, round by round, on the same machine at the same time
+                for _ in range(args.rounds):
+                    for decode, (_, url) in servers.items():
+                        measured[decode][n].append(asyncio.run(round_of(url, n)))
         finally:
-            server.terminate()
-            server.wait(timeout=30)
-        baseline = transformers_one_at_a_time(run, Path(tmp), args.threads)
+            for server, _ in servers.values():
+                server.terminate()
+                server.wait(timeout=30)
+        baseline = None if args.no_transformers else transformers_one_at_a_time(run, Path(tmp), args.threads)
+
+    def median_row(samples: list[dict]) -> dict:
+        row = {"clients": samples[0]["clients"], "failed": sum(s["failed"] for s in samples)}
+        for key in ("tokens_per_s", "ttft_ms_p50", "ttft_ms_p95", "token_ms_p50", "token_ms_p95"):
+            row[key] = statistics.median(s[key] for s in samples)
+        return row
+
+    rows = {d: [median_row(measured[d][n]) for n in CLIENTS] for d in servers}
+    print(f"load average {os.getloadavg()[0]:.1f}; {args.threads} threads; medians of {args.rounds} rounds\n")
     print(
-        f"| clients ({NEW_TOKENS} new tokens each) | tokens/s | TTFT p50 / p95 (ms) | per token p50 / p95 (ms) | failed |"
+        f"| server | clients ({NEW_TOKENS} new tokens each) | tokens/s | TTFT p50 / p95 (ms) "
+        "| per token p50 / p95 (ms) | failed |"
     )
-    print("|---|---:|---|---|---:|")
-    for r in rows:
-        print(
-            f"| {r['clients']} | {r['tokens_per_s']:,.0f} | {r['ttft_ms_p50']:.0f} / {r['ttft_ms_p95']:.0f} "
-            f"| {r['token_ms_p50']:.1f} / {r['token_ms_p95']:.1f} | {r['failed']} |"
-        )
-    print(f"| transformers generate(), one request at a time | {baseline:,.0f} | | | |")
-    ratio = rows[-1]["tokens_per_s"] / rows[0]["tokens_per_s"]
-    print(f"\n16 clients / 1 client: {ratio:.1f}x (target >= 4x: {'met' if ratio >= 4 else 'not met'})")
+    print("|---|---|---:|---|---|---:|")
+    for decode, table in rows.items():
+        for r in table:
+            print(
+                f"| --decode {decode} | {r['clients']} | {r['tokens_per_s']:,.0f} | {r['ttft_ms_p50']:.0f} / "
+                f"{r['ttft_ms_p95']:.0f} | {r['token_ms_p50']:.1f} / {r['token_ms_p95']:.1f} | {r['failed']} |"
+            )
+    if baseline is not None:
+        print(f"| transformers generate(), one request at a time | 1 | {baseline:,.0f} | | | |")
+    if {"eager", "compiled"} <= set(rows):
+        ratio = rows["compiled"][-1]["tokens_per_s"] / rows["eager"][-1]["tokens_per_s"]
+        ttft = rows["compiled"][-1]["ttft_ms_p95"] / rows["eager"][-1]["ttft_ms_p95"]
+        print(f"\n16 clients, compiled / eager: {ratio:.2f}x tokens/s, first-token p95 {ttft:.2f}x")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"threads": args.threads, "rows": rows, "transformers": baseline}, indent=2) + "\n")
+    record = {"threads": args.threads, "rounds": args.rounds, "load": os.getloadavg()[0], "rows": rows}
+    args.out.write_text(json.dumps({**record, "transformers": baseline}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -147,7 +147,7 @@ def draw_long_context(out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from alilama_core.contracts.files import atomic_open
+    from alilama_core.base.files import atomic_open
 
     rows = markdown_table(
         REPO / "docs" / "benchmarks.md",
@@ -186,7 +186,7 @@ def shrink(png: Path, colours: int = 96) -> None:
     """Rewrite ``png`` with a palette of ``colours`` (the committed figures stay small)."""
     from PIL import Image
 
-    from alilama_core.contracts.files import atomic_open
+    from alilama_core.base.files import atomic_open
 
     with Image.open(png) as im:
         small = im.convert("RGB").quantize(colors=colours, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)

@@ -138,7 +138,7 @@ def load_results(out: Path) -> dict:
 
 
 def write_results(results: dict, path: Path) -> None:
-    from alilama_core.contracts.files import atomic_write_text
+    from alilama_core.base.files import atomic_write_text
 
     atomic_write_text(path, json.dumps(results, indent=1) + "\n")
 
@@ -234,7 +234,7 @@ def report(args) -> None:
     doc = ROOT / "docs" / "tasks.md"
     text = doc.read_text(encoding="utf-8")
     if BEGIN in text and END in text:
-        from alilama_core.contracts.files import atomic_write_text
+        from alilama_core.base.files import atomic_write_text
 
         text = text[: text.index(BEGIN)] + "\n".join(lines) + text[text.index(END) + len(END) :]
         atomic_write_text(doc, text)
@@ -256,7 +256,7 @@ def plot(tables: dict, tasks, schemes, lengths, n, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from alilama_core.contracts.files import atomic_open
+    from alilama_core.base.files import atomic_open
 
     fig, axes = plt.subplots(
         len(tables), len(tasks), figsize=(4 * len(tasks), 3.3 * len(tables)), dpi=110, sharey=True, squeeze=False

@@ -353,7 +353,7 @@ def read_block(text: str) -> str:
 
 
 def write_docs(results: dict, docs_root: Path) -> None:
-    from alilama_core.contracts.files import atomic_write_text
+    from alilama_core.base.files import atomic_write_text
 
     for target, page in DOCS.items():
         path = docs_root / page
@@ -431,7 +431,7 @@ def parse_args(argv):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from alilama_core.contracts.files import atomic_write_text
+    from alilama_core.base.files import atomic_write_text
 
     args = parse_args(argv)
     out = args.docs_root / "docs" / "figures" / JSON_NAME

@@ -1350,8 +1350,8 @@ def test_every_case_is_listed_in_the_docs():
 
 def test_a_lock_where_nothing_can_be_written_names_the_folder(tmp_path):
     """The folder lock itself reports a parent it cannot create (check_output usually catches it first)."""
-    from alilama_core.contracts.errors import OutputError
-    from alilama_core.contracts.files import exclusive_lock
+    from alilama_core.base.errors import OutputError
+    from alilama_core.base.files import exclusive_lock
 
     (tmp_path / "a-file").write_text("mine")
     with pytest.raises(OutputError, match=r"cannot write the data folder '.*a-file/data'"):

@@ -15,10 +15,13 @@ from alilama_core.app.common import (
     JsonOpt,
     LogOpt,
     OverridesArg,
+    OverwriteOpt,
     PresetOpt,
+    ProgressOpt,
     StepProgress,
     console,
     err_console,
+    examples,
     help_examples,
     log_eval_results,
     loud_warnings,
@@ -27,7 +30,15 @@ from alilama_core.app.common import (
     show_bar,
     warn_replacements,
 )
-from alilama_core.contracts.errors import AlilamaError
+from alilama_core.app.run_options import (
+    DeviceOpt,
+    NoVerifyOpt,
+    ThreadsOpt,
+    choose_device,
+    describe_loaded,
+    set_threads,
+)
+from alilama_core.base.errors import AlilamaError
 
 data_app = typer.Typer(
     help="Prepare and download training data.",
@@ -71,14 +82,8 @@ def data_prepare(
         Optional[int], typer.Option("--threads", help="Encoding threads (default: one per CPU this process may use).")
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the train/val assignment.")] = 0,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing output folder.")] = False,
-    progress: Annotated[
-        bool,
-        typer.Option(
-            "--progress/--no-progress",
-            help="A progress bar in a terminal (--no-progress, or outside a terminal: a line every few seconds).",
-        ),
-    ] = True,
+    overwrite: OverwriteOpt = False,
+    progress: ProgressOpt = True,
 ) -> None:
     """Encode documents into memory-mapped train/val token files plus meta.json."""
     from alilama_core.app.prepare import prepare
@@ -203,6 +208,14 @@ def download(name: str, split: str = "all", revision: str | None = None) -> list
     return fetch(name, split, revision)
 
 
+@examples(
+    "alilama train --config configs/essay.yaml --data data/ --out runs/essay",
+    "alilama train --data data/ --out runs/rope model.positional=rope",
+    "alilama train --resume runs/essay train.max_steps=4000",
+    "alilama train --task sort --out runs/sort task.lengths=1-8",
+    # unknown options are overrides too: `--model.n_layers=4` means model.n_layers=4
+    context_settings={"ignore_unknown_options": True},
+)
 def train_cmd(
     config: ConfigOpt = None,
     preset: PresetOpt = None,
@@ -210,11 +223,9 @@ def train_cmd(
     data: Annotated[Optional[str], typer.Option("--data", "-d", help="Prepared data folder.")] = None,
     out: Annotated[Optional[str], typer.Option("--out", "-o", help="New run folder.")] = None,
     resume: Annotated[Optional[str], typer.Option("--resume", help="Run folder to continue.")] = None,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing run in --out.")] = False,
+    overwrite: OverwriteOpt = False,
     stop_at: Annotated[Optional[int], typer.Option("--stop-at", help="Checkpoint and stop after this step.")] = None,
-    progress: Annotated[
-        bool, typer.Option("--progress/--no-progress", help="A progress bar in a terminal; plain lines without.")
-    ] = True,
+    progress: ProgressOpt = True,
     task: Annotated[
         Optional[str],
         typer.Option("--task", help="Train on a generated task (`alilama tasks list`) instead of --data."),
@@ -298,102 +309,6 @@ def train_cmd(
     console.print(f"{summary}; run folder {run}", highlight=False)
 
 
-PresencePenaltyOpt = Annotated[
-    float,
-    typer.Option("--presence-penalty", help="Subtracted once from each generated token's logit (-2 to 2)."),
-]
-FrequencyPenaltyOpt = Annotated[
-    float,
-    typer.Option("--frequency-penalty", help="Subtracted per earlier use from a generated token's logit (-2 to 2)."),
-]
-LogitBiasOpt = Annotated[
-    Optional[list[str]],
-    typer.Option("--logit-bias", help="ID=BIAS added to token ID's logit (repeatable; -100 bans it)."),
-]
-
-
-def logit_bias(pairs: list[str] | None) -> dict[int, float]:
-    """``--logit-bias 50=-100 --logit-bias 7=2.5`` as ``{50: -100.0, 7: 2.5}``."""
-    out: dict[int, float] = {}
-    for pair in pairs or []:
-        token, _, bias = pair.partition("=")
-        try:
-            out[int(token)] = float(bias)
-        except ValueError:
-            raise AlilamaError(f"--logit-bias takes ID=BIAS, like 50=-100; got {pair!r}") from None
-    return out
-
-
-DeviceOpt = Annotated[
-    str,
-    typer.Option("--device", help="Where the model runs: cpu, cuda, or auto (cuda when a GPU is available, else cpu)."),
-]
-ThreadsOpt = Annotated[
-    Optional[int],
-    typer.Option("--threads", help="CPU threads for torch (default: the physical cores this process may use)."),
-]
-
-
-def choose_device(device: str) -> str:
-    """``cpu`` or ``cuda`` for ``--device`` (``auto``: cuda when available); cuda without a GPU is refused."""
-    import torch
-
-    wanted = (device or "").strip().lower()
-    if wanted not in ("auto", "cpu", "cuda"):
-        raise AlilamaError(f"--device must be cpu, cuda or auto, got {device!r}")
-    if wanted == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if wanted == "cuda" and not torch.cuda.is_available():
-        raise AlilamaError(
-            "--device cuda: no CUDA GPU is available here (torch.cuda.is_available() is False); "
-            "use --device cpu, or --device auto to take a GPU only when there is one"
-        )
-    return wanted
-
-
-def set_threads(threads: int | None) -> int:
-    """Apply ``--threads`` (``None``: the default of ``alilama_core.engine.threads``); the number set."""
-    from alilama_core.engine.threads import apply_threads
-
-    if threads is not None and threads < 1:
-        raise AlilamaError(
-            f"--threads must be a positive integer, got {threads} (leave it out for the default: "
-            "the physical cores this process may use)"
-        )
-    return apply_threads(threads)
-
-
-def backend_description(model_config, device: str, shapes: tuple[str, ...]) -> str:
-    """The attention backend a model runs with; for a router (``auto``), what it chooses on ``device``."""
-    from alilama_core.contracts.attention import attention_backend
-    from alilama_core.engine.registry import get_registry
-
-    name = model_config.attention
-    try:
-        backend = attention_backend(get_registry().get("attention", name))
-    except Exception:  # the report never fails the command
-        return name
-    if backend.resolve is None:
-        return name
-    from alilama_core.app.info import resolved_backend
-
-    parts = []
-    for shape in shapes:
-        try:
-            parts.append(f"{shape}: {resolved_backend(model_config, device, shape).name}")
-        except Exception as exc:  # no eligible backend: say why
-            parts.append(f"{shape}: none ({exc})")
-    return f"{name} (chooses on {device}: {', '.join(parts)})"
-
-
-def describe_loaded(loaded, device: str, threads: int, shapes: tuple[str, ...]) -> str:
-    """``loaded RUN checkpoint final on cpu (2 threads); attention: ...``: what a command runs with."""
-    return (
-        f"loaded {loaded.path} checkpoint {loaded.checkpoint.name} on {device} ({threads} "
-        f"thread{'s' if threads != 1 else ''}); attention: {backend_description(loaded.config.model, device, shapes)}"
-    )
-
-
 def check_eval_choice(
     data: list[str] | None, task: str | None, lengths: str | None, context_lengths: str | None
 ) -> None:
@@ -418,6 +333,11 @@ def check_eval_choice(
         )
 
 
+@examples(
+    "alilama eval runs/essay --data valid.txt --context-lengths 128,256,512",
+    "alilama eval runs/essay --data valid.txt --json > essay.json",
+    "alilama eval runs/sort --lengths 8,16,32",
+)
 def eval_cmd(
     run: Annotated[str, typer.Argument(help="Run folder.")],
     data: Annotated[Optional[list[str]], typer.Option("--data", help="Raw text file (repeatable).")] = None,
@@ -434,7 +354,7 @@ def eval_cmd(
     ] = "auto",
     force_attention: ForceAttentionOpt = False,
     max_tokens: Annotated[int, typer.Option("--max-tokens", help="Tokens per file (0: all).")] = 262_144,
-    no_verify: Annotated[bool, typer.Option("--no-verify", help="Skip the run's integrity check (hashes).")] = False,
+    no_verify: NoVerifyOpt = False,
     as_json: JsonOpt = False,
     task: Annotated[Optional[str], typer.Option("--task", help="Task run: the task it was trained on.")] = None,
     lengths: Annotated[
@@ -444,13 +364,7 @@ def eval_cmd(
     seed: Annotated[Optional[int], typer.Option("--seed", help="Task run: test-set seed (default task.seed).")] = None,
     device: DeviceOpt = "auto",
     threads: ThreadsOpt = None,
-    progress: Annotated[
-        bool,
-        typer.Option(
-            "--progress/--no-progress",
-            help="A progress bar in a terminal (--no-progress, or outside a terminal: one line per file and length).",
-        ),
-    ] = True,
+    progress: ProgressOpt = True,
     log: LogOpt = False,
 ) -> None:
     """Loss and bits per byte on raw text at the trained context and longer ones; for a task run,
@@ -561,6 +475,11 @@ def eval_cmd(
     console.print(table)
 
 
+@examples(
+    "alilama plot runs/essay runs/essay-rope",
+    "alilama plot runs/sort runs/sort-alibi --accuracy",
+    "alilama plot alibi.json rope.json --out bpb.png",
+)
 def plot_cmd(
     runs: Annotated[list[str], typer.Argument(help="Run folder(s), or `alilama eval --json` output files (*.json).")],
     out: Annotated[Optional[str], typer.Option("--out", "-o", help="PNG path (default RUN/loss.png).")] = None,
@@ -593,6 +512,7 @@ def plot_cmd(
     console.print(f"wrote {path}", highlight=False)
 
 
+@examples("alilama quickstart", "alilama quickstart --out runs/quickstart --minutes 1 --threads 2")
 def quickstart_cmd(
     out: Annotated[
         str, typer.Option("--out", "-o", help="Folder for corpus, tokenizer, data and run.")
@@ -632,35 +552,3 @@ def quickstart_cmd(
         echo=console.print,
         threads=threads,
     )
-
-
-TRAIN_EXAMPLES = help_examples(
-    "alilama train --config configs/essay.yaml --data data/ --out runs/essay",
-    "alilama train --data data/ --out runs/rope model.positional=rope",
-    "alilama train --resume runs/essay train.max_steps=4000",
-    "alilama train --task sort --out runs/sort task.lengths=1-8",
-)
-EVAL_EXAMPLES = help_examples(
-    "alilama eval runs/essay --data valid.txt --context-lengths 128,256,512",
-    "alilama eval runs/essay --data valid.txt --json > essay.json",
-    "alilama eval runs/sort --lengths 8,16,32",
-)
-PLOT_EXAMPLES = help_examples(
-    "alilama plot runs/essay runs/essay-rope",
-    "alilama plot runs/sort runs/sort-alibi --accuracy",
-    "alilama plot alibi.json rope.json --out bpb.png",
-)
-QUICKSTART_EXAMPLES = help_examples(
-    "alilama quickstart",
-    "alilama quickstart --out runs/quickstart --minutes 1 --threads 2",
-)
-
-
-def register(app: typer.Typer) -> None:
-    """Add the pipeline's commands to the root app."""
-    app.add_typer(data_app, name="data")
-    # Unknown options are overrides too: `--model.n_layers=4` means model.n_layers=4.
-    app.command("train", context_settings={"ignore_unknown_options": True}, epilog=TRAIN_EXAMPLES)(train_cmd)
-    app.command("eval", epilog=EVAL_EXAMPLES)(eval_cmd)
-    app.command("plot", epilog=PLOT_EXAMPLES)(plot_cmd)
-    app.command("quickstart", epilog=QUICKSTART_EXAMPLES)(quickstart_cmd)

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperCommand, TyperGroup
 
-from alilama_core.contracts.errors import AlilamaError
+from alilama_core.base.errors import AlilamaError
 from alilama_core.engine.configs import PRESETS
 
 # Outside a terminal (a log file, a pipe, CI) lines are never wrapped at 80 columns: one message, one line.
@@ -33,7 +33,7 @@ def clean_errors():
         raise
     except Exception as exc:
         # the file system refused (a full disk, permissions, a file for a folder)
-        from alilama_core.contracts.files import disk_full_message, disk_full_reason
+        from alilama_core.base.files import disk_full_message, disk_full_reason
 
         reason = disk_full_reason(exc)  # also when a library wrapped it (torch, safetensors, numpy)
         if reason is not None:  # one that the writers did not report themselves
@@ -74,6 +74,26 @@ OverridesArg = Annotated[
     typer.Argument(help="Overrides as section.field=value, e.g. model.n_layers=4 model.positional=rope."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+CheckpointOpt = Annotated[
+    Optional[str],
+    typer.Option("--checkpoint", help="Checkpoint folder name, e.g. step-00001000 (default: final, else the latest)."),
+]
+OverwriteOpt = Annotated[
+    bool,
+    typer.Option(
+        "--overwrite",
+        "--force",  # the export commands' old spelling, kept for one release: scripts may use it
+        help="Replace what Alilama wrote at the output before (never anything else).",
+    ),
+]
+ProgressOpt = Annotated[
+    bool,
+    typer.Option(
+        "--progress/--no-progress",
+        help="A progress bar in a terminal (--no-progress, or outside a terminal: a line per step).",
+    ),
+]
+RunArg = Annotated[str, typer.Argument(help="Run folder (uses RUN/final, else the latest checkpoint).")]
 ForceAttentionOpt = Annotated[
     bool,
     typer.Option(
@@ -147,7 +167,7 @@ def loud_warnings():
     """Print Alilama's warnings raised inside the block as ``warning:`` lines on stderr (others pass on)."""
     import warnings
 
-    from alilama_core.contracts.errors import AlilamaWarning
+    from alilama_core.base.errors import AlilamaWarning
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", AlilamaWarning)
@@ -217,6 +237,20 @@ def help_examples(*lines: str) -> str:
     has examples, that they print on one line each, and that they parse.
     """
     return "\b\nExamples:\n" + "\n".join(f"  {escape(line)}" for line in lines)
+
+
+def examples(*lines: str, **settings):
+    """Mark a command function with its ``--help`` examples (``help_examples``) and typer's command ``settings``
+    (``context_settings``, ``cls``): the command table (``alilama_core.app.cli.COMMANDS``) mounts it with them.
+
+    It registers nothing: a command exists only by its row in the table.
+    """
+
+    def mark(fn):
+        fn.command_settings = {**settings, "epilog": help_examples(*lines)}
+        return fn
+
+    return mark
 
 
 def _yaml_value(value) -> str:

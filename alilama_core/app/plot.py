@@ -6,8 +6,8 @@ import json
 import warnings
 from pathlib import Path
 
-from alilama_core.contracts.errors import AlilamaError, AlilamaWarning
-from alilama_core.contracts.files import atomic_open
+from alilama_core.base.errors import AlilamaError, AlilamaWarning
+from alilama_core.base.files import atomic_open
 from alilama_core.runs.checkpoint import read_metrics
 
 

@@ -18,9 +18,9 @@ With ``--val-input`` the split is given instead: every document of ``--input``
 goes to train and every document of ``--val-input`` to validation
 (``"split": "given"``), e.g. TinyStories' own ``train.txt`` and ``valid.txt``.
 
-The output folder is written beside its final place and swapped in, locked
-against a second writer; ``overwrite`` replaces only a data folder that
-Alilama wrote (see ``alilama_core.runs.outputs``).
+The folder itself (its files, ``meta.json``, the tokenizer's copy, writing it
+whole under its lock) is ``alilama_core.runs.data.write_data``; ``overwrite``
+replaces only a data folder that Alilama wrote (see ``alilama_core.runs.outputs``).
 """
 
 from __future__ import annotations
@@ -30,19 +30,12 @@ import itertools
 import json
 import os
 import random
-import shutil
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, fields
 from pathlib import Path
 
-import numpy as np
-
-from alilama_core.contracts.data import token_dtype
-from alilama_core.contracts.errors import DataError, TokenizerError
-from alilama_core.contracts.files import disk_full_guard, exclusive_lock
-from alilama_core.runs.data import META, SEPARATOR
-from alilama_core.runs.outputs import building, check_output
-from alilama_core.runs.tokenizers import tokenizer_hash
+from alilama_core.base.errors import DataError, TokenizerError
+from alilama_core.runs.data import SEPARATOR, DataWriter, SplitStats, write_data
+from alilama_core.runs.outputs import check_output
 
 ERRORS = ("strict", "replace", "ignore")
 PIECE_CHARS = 1 << 20
@@ -246,19 +239,6 @@ def iter_documents(
 # -- preparing ------------------------------------------------------------
 
 
-@dataclass
-class SplitStats:
-    tokens: int = 0
-    bytes: int = 0
-    documents: int = 0
-
-    @classmethod
-    def total(cls, stats) -> SplitStats:
-        """The sum of several ``SplitStats`` (train and val)."""
-        stats = list(stats)
-        return cls(**{f.name: sum(getattr(s, f.name) for s in stats) for f in fields(cls)})
-
-
 def prepare(
     inputs: Sequence[str],
     tokenizer_dir: str | os.PathLike[str],
@@ -310,25 +290,22 @@ def prepare(
     eot = tokenizer.eot_id
     if eot is None:
         raise TokenizerError("the tokenizer has no <|endoftext|> token; train it with --special '<|endoftext|>'")
-    with disk_full_guard(out, "data folder"), exclusive_lock(out, "data folder"):
-        check_output(out, "data", overwrite, inputs=[*inputs, *val_inputs, str(tokenizer_dir)])  # again, locked
-        with building(out, "data", "data folder") as work:
-            meta = _encode_into(
-                work,
-                inputs,
-                tokenizer,
-                tokenizer_dir,
-                val_fraction,
-                field,
-                separator,
-                errors,
-                seed,
-                threads,
-                batch_documents,
-                progress,
-                val_inputs,
-            )
-        return meta
+    with write_data(out, tokenizer, overwrite, inputs=[*inputs, *val_inputs, str(tokenizer_dir)]) as data:
+        return _encode_into(
+            data,
+            inputs,
+            tokenizer,
+            tokenizer_dir,
+            val_fraction,
+            field,
+            separator,
+            errors,
+            seed,
+            threads,
+            batch_documents,
+            progress,
+            val_inputs,
+        )
 
 
 def check_val_inputs(inputs: Sequence[str], val_inputs: Sequence[str]) -> None:
@@ -361,7 +338,7 @@ def check_val_inputs(inputs: Sequence[str], val_inputs: Sequence[str]) -> None:
 
 
 def _encode_into(
-    work,
+    data: DataWriter,
     inputs,
     tokenizer,
     tokenizer_dir,
@@ -375,51 +352,38 @@ def _encode_into(
     progress,
     val_inputs=(),
 ) -> dict:
-    eot = tokenizer.eot_id
-    dtype = token_dtype(tokenizer.vocab_size)
-    stats = {"train": SplitStats(), "val": SplitStats()}
+    stats = data.stats
     rng = random.Random(seed)
-    files = {name: open(work / f"{name}.bin", "wb") for name in stats}
-    try:
-        batch: list[tuple[str, str, bool]] = []  # (text, split, ends_document)
-        batch_bytes = 0
+    batch: list[tuple[str, str, bool]] = []  # (text, split, ends_document)
+    batch_bytes = 0
 
-        def flush() -> None:
-            encoded = tokenizer.encode_batch([text for text, _, _ in batch], threads=threads, allowed_special="none")
-            for i, ((text, split, last), ids) in enumerate(zip(batch, encoded)):
-                arr = np.asarray(ids, dtype=dtype)
-                encoded[i] = None  # free each piece's ids as soon as they are written
-                if last:
-                    arr = np.append(arr, np.asarray(eot, dtype=dtype))
-                files[split].write(arr.tobytes())  # Python's write keeps the errno of a full disk; tofile does not
-                s = stats[split]
-                s.tokens += arr.size
-                s.bytes += len(text.encode("utf-8"))
-                s.documents += last
-            if progress:
-                progress(SplitStats.total(stats.values()))
-            batch.clear()
+    def flush() -> None:
+        encoded = tokenizer.encode_batch([text for text, _, _ in batch], threads=threads, allowed_special="none")
+        for i, ((text, split, last), ids) in enumerate(zip(batch, encoded)):
+            encoded[i] = None  # free each piece's ids as soon as they are written
+            data.append(split, ids, len(text.encode("utf-8")), last)
+        if progress:
+            progress(SplitStats.total(stats.values()))
+        batch.clear()
 
-        split = None
-        given = itertools.chain(
-            ((piece, "train") for piece in iter_pieces(inputs, field, separator, errors)),
-            ((piece, "val") for piece in iter_pieces(val_inputs, field, separator, errors)),
-        )
-        for (text, last), source in given:
-            if split is None:  # a new document: one draw per document, in order
-                split = source if val_inputs else "val" if rng.random() < val_fraction else "train"
-            batch.append((text, split, last))
-            batch_bytes += len(text)
-            if last:
-                split = None
-            if len(batch) >= batch_documents or batch_bytes >= BATCH_BYTES:
-                flush()
-                batch_bytes = 0
-        if batch:
+    split = None
+    given = itertools.chain(
+        ((piece, "train") for piece in iter_pieces(inputs, field, separator, errors)),
+        ((piece, "val") for piece in iter_pieces(val_inputs, field, separator, errors)),
+    )
+    for (text, last), source in given:
+        if split is None:  # a new document: one draw per document, in order
+            split = source if val_inputs else "val" if rng.random() < val_fraction else "train"
+        batch.append((text, split, last))
+        batch_bytes += len(text)
+        if last:
+            split = None
+        if len(batch) >= batch_documents or batch_bytes >= BATCH_BYTES:
             flush()
-    finally:
-        for f in files.values():
-            f.close()
+            batch_bytes = 0
+    if batch:
+        flush()
+    data.close()
     documents = stats["train"].documents + stats["val"].documents
     if documents == 0:
         raise DataError(f"no documents found in {', '.join(map(str, inputs))}: the input is empty")
@@ -428,50 +392,17 @@ def _encode_into(
         raise DataError(f"no documents found in --val-input {', '.join(map(str, val_inputs))}: it is empty")
     if val_fraction > 0 and stats["val"].documents == 0:
         how = "position"  # one book, one play: nanoGPT's split
-        _split_by_position(work, dtype, stats, val_fraction, tokenizer)
+        data.split_by_position(val_fraction)
         if stats["val"].tokens == 0 or stats["train"].tokens == 0:
             raise DataError(
                 f"the input holds {stats['train'].tokens + stats['val'].tokens} tokens: too few to split "
                 f"with --val-fraction {val_fraction}; add data"
             )
-    shutil.copytree(tokenizer_dir, work / "tokenizer", ignore=shutil.ignore_patterns(".*"))
-    meta = {
-        "format": 1,
-        "tokenizer_hash": tokenizer_hash(work / "tokenizer"),
-        "vocab_size": tokenizer.vocab_size,
-        "eot_id": eot,
-        "dtype": dtype.name,
-        "val_fraction": val_fraction,
-        "split": how,
-        "seed": seed,
-        "sources": [str(i) for i in inputs],
+    return data.finish(
+        tokenizer_dir,
+        val_fraction=val_fraction,
+        split=how,
+        seed=seed,
+        sources=[str(i) for i in inputs],
         **({"val_sources": [str(i) for i in val_inputs]} if val_inputs else {}),
-        "splits": {name: vars(s) for name, s in stats.items()},
-    }
-    (work / META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
-    return meta
-
-
-def _split_by_position(
-    work: Path, dtype: np.dtype, stats: dict, val_fraction: float, tokenizer, block: int = 1 << 20
-) -> None:
-    """Move the last ``val_fraction`` of ``train.bin``'s tokens to ``val.bin``, a block at a time."""
-    train = work / "train.bin"
-    n = train.stat().st_size // dtype.itemsize
-    cut = n - int(round(n * val_fraction))
-    specials = set(tokenizer.special_tokens.values())  # special tokens count zero bytes, as in eval
-    byte_lengths = np.array(
-        [0 if i in specials else len(tokenizer.decode_bytes([i])) for i in range(tokenizer.vocab_size)], dtype=np.int64
     )
-    moved_bytes = 0
-    tokens = np.memmap(train, dtype=dtype, mode="r") if n else np.zeros(0, dtype)
-    with open(work / "val.bin", "wb") as f:
-        for start in range(cut, n, block):
-            chunk = np.asarray(tokens[start : start + block])
-            f.write(chunk.tobytes())
-            moved_bytes += int(byte_lengths[chunk].sum())
-    del tokens
-    os.truncate(train, cut * dtype.itemsize)
-    t, v = stats["train"], stats["val"]
-    v.tokens, v.bytes = n - cut, moved_bytes
-    t.tokens, t.bytes = cut, t.bytes - moved_bytes

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 
-from alilama_core.contracts.errors import AlilamaError
+from alilama_core.base.errors import AlilamaError
 from alilama_core.engine import configs as cfgmod
 
 VOCAB = 2048

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
 
-from alilama_core.contracts.files import atomic_open
+from alilama_core.base.files import atomic_open
 from alilama_core.runs.data import SEPARATOR
 
 # ---------------------------------------------------------------------------

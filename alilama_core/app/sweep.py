@@ -21,22 +21,23 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from alilama_core.app.common import ConfigOpt, PresetOpt, console, help_examples, plain_line, resolve_config
-from alilama_core.contracts.errors import AlilamaError, ConfigError
-from alilama_core.contracts.files import exclusive_lock
+from alilama_core.app.common import ConfigOpt, PresetOpt, console, examples, plain_line, resolve_config
+from alilama_core.base.errors import AlilamaError, ConfigError
+from alilama_core.base.files import exclusive_lock
 from alilama_core.runs import sweeps
 from alilama_core.runs.sweeps import DONE, FAILED, PENDING, RUNNING, STOPPED, Plan, Trial
 
 SCHEDULERS = ("fifo", "asha")
 
-SWEEP_EXAMPLES = help_examples(
+
+@examples(
     "alilama sweep --data d/ --out sw model.positional=alibi,rope,learned",
     "alilama sweep configs/sweeps/positional.yaml --data d/ --out sw",
     "alilama sweep sweep.yaml --data d/ --out sw --max-concurrent 2",
     "alilama sweep sweep.yaml --data d/ --out sw --address HEAD:6379",
+    # unknown options are overrides too, as for train
+    context_settings={"ignore_unknown_options": True},
 )
-
-
 def sweep_cmd(
     args: Annotated[
         Optional[list[str]],
@@ -53,9 +54,19 @@ def sweep_cmd(
     metric: Annotated[
         Optional[str], typer.Option("--metric", help="metrics.jsonl key to rank by (val_bpb; val_exact for a task).")
     ] = None,
-    mode: Annotated[Optional[str], typer.Option("--mode", help="min or max (default: min, max for val_exact).")] = None,
-    search: Annotated[Optional[str], typer.Option("--search", help="grid (every combination) or random.")] = None,
-    samples: Annotated[Optional[int], typer.Option("--samples", help="Trials a random search draws.")] = None,
+    mode: Annotated[
+        Optional[str],
+        typer.Option(
+            "--mode", help="min or max (default: max for accuracies such as val_exact and exact@N, else min)."
+        ),
+    ] = None,
+    search: Annotated[
+        Optional[str],
+        typer.Option(
+            "--search", help="grid (every combination), random (seeded draws) or optuna (Optuna's sampler on Ray Tune)."
+        ),
+    ] = None,
+    samples: Annotated[Optional[int], typer.Option("--samples", help="Trials a random or optuna search draws.")] = None,
     seed: Annotated[Optional[int], typer.Option("--seed", help="Seed of a random search.")] = None,
     max_concurrent: Annotated[
         Optional[int], typer.Option("--max-concurrent", help="Trials at once (default: as the CPUs allow).")
@@ -81,6 +92,14 @@ def sweep_cmd(
     max_failures: Annotated[
         int, typer.Option("--max-failures", help="Retries of a trial whose worker failed (from its checkpoint).")
     ] = 3,
+    score: Annotated[
+        Optional[str],
+        typer.Option(
+            "--score",
+            help="`alilama eval` arguments that score each trained trial, e.g. --score='--lengths 8,16,32'; "
+            "their columns (exact@16, bpb@256, ...) join the table and --metric may name one.",
+        ),
+    ] = None,
     report_only: Annotated[
         bool, typer.Option("--report-only", help="Rewrite the table and plot from the sweep folder; train nothing.")
     ] = False,
@@ -115,6 +134,7 @@ def sweep_cmd(
         gpus_per_trial=gpus_per_trial,
         scheduler=scheduler,
         logger=logger,
+        score=None if score is None else sweeps.score_args(score),
     )
     settings = {k: v for k, v in file.items() if k not in ("space", "overrides")}
     settings.update({k: v for k, v in given.items() if v is not None})
@@ -122,18 +142,24 @@ def sweep_cmd(
     with exclusive_lock(folder, what="sweep"):  # a second `alilama sweep` on this folder is refused at once
         start(folder, plan)
         to_run = [t for t in plan.trials if t.status not in (DONE, STOPPED)]
-        if to_run:
+        new = max(0, (plan.samples or 0) - len(plan.trials)) if plan.search == "optuna" else 0
+        if to_run or new:
+            chosen = f", and {new} more that Optuna chooses" if new else ""
             console.print(
                 f"sweep {folder}: {len(plan.trials)} trials, {len(plan.trials) - len(to_run)} already done or "
-                f"stopped, training {len(to_run)} on Ray",
+                f"stopped, training {len(to_run)}{chosen} on Ray",
                 highlight=False,
             )
-            run_on_ray(folder, plan, to_run, address, num_cpus, max_failures)
+            run_on_ray(folder, plan, to_run, address, num_cpus, max_failures, new)
+            if plan.search == "optuna":  # the trials Optuna chose, as Tune's callback recorded them
+                known = {t.name for t in plan.trials}
+                plan.trials += [t for t in sweeps.read_plan(folder).trials if t.name not in known]
         else:
             console.print(
                 f"sweep {folder}: all {len(plan.trials)} trials done or stopped; nothing to train", highlight=False
             )
         refresh(folder, plan)
+        score_missing(folder, plan)
         report(folder, plan)
     failed = [t.name for t in plan.trials if t.status == FAILED]
     if failed:
@@ -152,24 +178,33 @@ def make_plan(settings: dict[str, Any], overrides: list[str], space: dict[str, l
         raise AlilamaError(
             f"{', '.join(both)} is both swept (a list of values) and set for every trial; give it one or the other"
         )
-    if plan.config and plan.preset:
+    if plan.config and (plan.preset or PRESET in space):
         raise AlilamaError("give either --config (config:) or --preset (preset:), not both")
     for key in ("config", "data"):  # trials run in other processes and folders: absolute paths
         if getattr(plan, key):
             setattr(plan, key, str(Path(getattr(plan, key)).resolve()))
+    for i, arg in enumerate(plan.score[:-1]):  # the scoring step runs in the trial's worker: absolute paths
+        if arg == "--data" and Path(plan.score[i + 1]).exists():
+            plan.score[i + 1] = str(Path(plan.score[i + 1]).resolve())
     if plan.data and plan.task:
         raise AlilamaError("--data and --task exclude each other: a task run trains on generated examples")
-    is_task = bool(plan.task) or any(o.startswith("task.name=") for o in overrides)
+    is_task = bool(plan.task) or "task.name" in space or any(o.startswith("task.name=") for o in overrides)
     if not plan.data and not is_task:
         raise AlilamaError("give --data DIR (a folder written by `alilama data prepare`), or --task NAME")
     if plan.metric is None:
         plan.metric = "val_exact" if is_task else "val_bpb"
     if plan.mode is None:
-        plan.mode = "max" if plan.metric in ("val_exact", "val_token_accuracy") else "min"
+        higher = plan.metric in ("val_exact", "val_token_accuracy") or plan.metric.startswith(("exact@", "token_acc@"))
+        plan.mode = "max" if higher else "min"
     if plan.mode not in ("min", "max"):
         raise AlilamaError(f"--mode must be min or max, not {plan.mode!r}")
     if (plan.scheduler or "fifo") not in SCHEDULERS:
         raise AlilamaError(f"unknown scheduler {plan.scheduler!r}; choose one of {', '.join(SCHEDULERS)}")
+    if plan.score and (plan.scheduler or "fifo") != "fifo" and "@" in plan.metric:
+        raise AlilamaError(
+            f"--scheduler {plan.scheduler} stops trials by the evaluations training logs, and {plan.metric} is "
+            "known only after the scoring step; rank by a training metric (val_bpb, val_exact) or use fifo"
+        )
     if plan.data:
         from alilama_core.runs.data import TokenData
 
@@ -180,12 +215,30 @@ def make_plan(settings: dict[str, Any], overrides: list[str], space: dict[str, l
         get_task(plan.task)  # an unknown task names the ones there are
     tracker(plan, Path("."))  # an unknown logger is said now
     plan.trials = sweeps.expand(plan.space, plan.search, plan.samples, plan.seed)
-    for trial in plan.trials:
+    if plan.search == "optuna":
+        _check_optuna()
+    for trial in plan.trials or corners(plan.space):
         try:
-            resolve_config(plan.config, plan.preset, [*plan.overrides, *trial.args()])
+            trial_config(plan, trial)
         except ConfigError as exc:
             raise AlilamaError(f"trial {' '.join(trial.args()) or '(no overrides)'}: {exc}") from None
     return plan
+
+
+def corners(space: dict[str, Any]) -> list[Trial]:
+    """Points that stand for a space whose trials are not known yet (optuna): each field's first and last value."""
+    ends = [
+        {k: (sweeps.format_value(v[next(iter(v))][i]) if sweeps.is_range(v) else v[i]) for k, v in space.items()}
+        for i in (0, -1)
+    ]
+    return [Trial(sweeps.trial_name(p), p) for p in ends]
+
+
+def _check_optuna() -> None:
+    try:
+        import optuna  # noqa: F401
+    except ImportError:
+        raise AlilamaError("--search optuna needs Optuna beside Ray Tune: pip install optuna") from None
 
 
 def start(folder: Path, plan: Plan) -> None:
@@ -195,12 +248,26 @@ def start(folder: Path, plan: Plan) -> None:
         raise AlilamaError(f"{str(folder)!r} exists and holds no sweep ({sweeps.SWEEP_JSON}); give a new --out")
     if old is not None:
         sweeps.check_same_sweep(folder, old, plan)
+        if plan.search == "optuna":  # the trials Optuna chose before: its history, and the ones to finish
+            plan.trials = [
+                Trial(t.name, t.overrides, t.status, t.metric, t.step, t.error, t.scores) for t in old.trials
+            ]
         stopped = {t.name for t in old.trials if t.status == STOPPED}  # ASHA's verdicts stand
         for trial in plan.trials:
             trial.status = STOPPED if trial.name in stopped else trial.status
     (folder / sweeps.TRIALS).mkdir(parents=True, exist_ok=True)
     (folder / sweeps.LOGS).mkdir(exist_ok=True)
     refresh(folder, plan)
+
+
+def score_missing(folder: Path, plan: Plan) -> None:
+    """Score the finished trials the scoring step has not seen (a sweep given ``score:`` after they trained)."""
+    missing = [t for t in plan.trials if plan.score and t.status == DONE and not t.scores]
+    for trial in missing:
+        plain_line(f"  scoring   {trial.name}")
+        score_trial(folder / sweeps.TRIALS / trial.name, plan.score, str(folder / sweeps.LOGS / f"{trial.name}.log"))
+    if missing:
+        refresh(folder, plan)
 
 
 def refresh(folder: Path, plan: Plan) -> None:
@@ -215,6 +282,9 @@ def refresh(folder: Path, plan: Plan) -> None:
             trial.status = PENDING
         if (run / "metrics.jsonl").is_file():
             trial.metric, trial.step = sweeps.last_value(read_metrics(run), plan.metric)
+        trial.scores = (sweeps.read_score(run, plan.score) or {}) if plan.score else {}
+        if plan.metric in trial.scores:
+            trial.metric = trial.scores[plan.metric]
     sweeps.write_plan(folder, plan)
 
 
@@ -229,7 +299,7 @@ def run_trial(config: dict[str, Any]) -> None:
     """
     from alilama_core.runs.checkpoint import FINAL, WEIGHTS, checkpoints
 
-    t = config["trial"]
+    t = spec_of(config)
     run, metric = Path(t["run"]), t["metric"]
     if (run / FINAL / WEIGHTS).is_file():
         args = None  # finished before: only its metric is reported
@@ -259,8 +329,36 @@ def run_trial(config: dict[str, Any]) -> None:
                     proc.wait()
         if proc.returncode:
             raise RuntimeError(f"alilama train exited with status {proc.returncode}; see {t['log']}")
-    if not _report_evaluations(run, metric, reported):
+    scores = score_trial(run, t["score"], t["log"]) if t["score"] else {}
+    if metric in scores:  # the ranking metric comes from the scoring step: the trial's one result
+        from alilama_core.runs.checkpoint import read_metrics
+
+        steps = [r["step"] for r in read_metrics(run) if isinstance(r.get("step"), int)]
+        _report({**scores, metric: scores[metric], "step": max(steps, default=0)})
+    elif not _report_evaluations(run, metric, reported):
         _report({metric: float("nan"), "step": 0})
+
+
+def score_trial(run: Path, args: list[str], log_path: str) -> dict[str, float]:
+    """The scoring step on a trained trial: ``alilama eval RUN --json ARGS``, its columns kept in the run folder.
+
+    A trial scored before with the same arguments is not scored again.
+    """
+    import json
+
+    done = sweeps.read_score(run, args)
+    if done is not None:
+        return done
+    command = [sys.executable, "-m", "alilama_core", "eval", str(run), "--json", "--no-progress", *args]
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write(f"worker {os.getpid()}: alilama {shlex.join(command[3:])}\n")
+        log.flush()
+        proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=log, text=True, preexec_fn=_die_with_parent)
+    if proc.returncode:
+        raise RuntimeError(f"the scoring step (alilama eval) exited with status {proc.returncode}; see {log_path}")
+    columns = sweeps.score_columns(json.loads(proc.stdout))
+    sweeps.write_score(run, args, columns)
+    return columns
 
 
 def _report(metrics: dict[str, Any]) -> None:
@@ -303,6 +401,24 @@ def tracker(plan: Plan, folder: Path) -> list[str]:
         raise AlilamaError(f"--logger: {exc}") from None
 
 
+def spec_of(config: dict[str, Any]) -> dict[str, Any]:
+    """A Tune trial's spec: given whole (a grid's or a random search's trials), or built from the point a
+    search algorithm chose (``config["sweep"]``: the folder and plan; the swept fields beside it)."""
+    if "trial" in config:
+        return config["trial"]
+    base = config["sweep"]
+    plan = Plan(**base["plan"])
+    overrides = {k: value_text(config[k]) for k in plan.space}
+    return trial_spec(Path(base["folder"]), plan, Trial(sweeps.trial_name(overrides), overrides))
+
+
+def value_text(value: Any) -> str:
+    """A value a search algorithm chose, as the text of its override."""
+    if isinstance(value, (bool, str)):
+        return str(value)
+    return sweeps.format_value(value if isinstance(value, int) else float(value))
+
+
 def trial_spec(folder: Path, plan: Plan, trial: Trial) -> dict[str, Any]:
     threads = max(1, int(plan.cpus_per_trial))
     run = (folder / sweeps.TRIALS / trial.name).resolve()
@@ -313,22 +429,46 @@ def trial_spec(folder: Path, plan: Plan, trial: Trial) -> dict[str, Any]:
         log=str(logs / f"{trial.name}.log"),
         pid=str(logs / f"{trial.name}.pid"),
         metric=plan.metric,
+        score=list(plan.score),
         train_args=[*train_args(plan, trial, run), *tracker(plan, folder), f"train.threads={threads}"],
     )
 
 
 def train_args(plan: Plan, trial: Trial, out: Path | str) -> list[str]:
-    """The ``alilama train`` arguments that train this trial on its own."""
+    """The ``alilama train`` arguments that train this trial on its own (a swept ``preset`` is its --preset)."""
     args = []
-    for option in ("preset", "config", "data", "task"):
-        if getattr(plan, option):
-            args += [f"--{option}", getattr(plan, option)]
-    return [*args, "--out", str(out), *plan.overrides, *trial.args()]
+    settings = {o: getattr(plan, o) for o in ("preset", "config", "data", "task")}
+    settings["preset"] = trial.overrides.get(PRESET, settings["preset"])
+    for option, value in settings.items():
+        if value:
+            args += [f"--{option}", value]
+    return [*args, "--out", str(out), *plan.overrides, *field_args(trial)]
+
+
+PRESET = "preset"
+"""The one space key that is not a config field: sweeping it trains each trial from another preset."""
+
+
+def field_args(trial: Trial) -> list[str]:
+    """A trial's overrides of config fields (its ``preset`` is an option of train, not an override)."""
+    return [f"{k}={v}" for k, v in trial.overrides.items() if k != PRESET]
+
+
+def trial_config(plan: Plan, trial: Trial):
+    """The config a trial trains with, built and checked as `alilama train` does."""
+    return resolve_config(plan.config, trial.overrides.get(PRESET, plan.preset), [*plan.overrides, *field_args(trial)])
 
 
 def run_on_ray(
-    folder: Path, plan: Plan, trials: list[Trial], address: str | None, num_cpus: int | None, max_failures: int
+    folder: Path,
+    plan: Plan,
+    trials: list[Trial],
+    address: str | None,
+    num_cpus: int | None,
+    max_failures: int,
+    new: int = 0,
 ) -> None:
+    """Train ``trials`` (and ``new`` more that the search algorithm chooses) on Ray Tune."""
     import logging
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -362,14 +502,22 @@ def run_on_ray(
                 log_to_driver=False,
             )
     try:
-        by_name = {t.name: t for t in trials}
+        by_name = {t.name: t for t in plan.trials}
+        if plan.search == "optuna":
+            param_space, search = searched_space(tune, folder, plan, trials)
+            samples = len(trials) + new
+        else:
+            param_space = {"trial": tune.grid_search([trial_spec(folder, plan, t) for t in trials])}
+            search, samples = {}, 1
         tuner = tune.Tuner(
             tune.with_resources(run_trial, {"cpu": plan.cpus_per_trial, "gpu": plan.gpus_per_trial}),
-            param_space={"trial": tune.grid_search([trial_spec(folder, plan, t) for t in trials])},
+            param_space=param_space,
             tune_config=tune.TuneConfig(
-                max_concurrent_trials=plan.max_concurrent,
+                num_samples=samples,
+                max_concurrent_trials=plan.max_concurrent if not search else None,
                 trial_name_creator=_tune_name,
                 trial_dirname_creator=_tune_name,
+                **search,
                 **scheduler_settings(plan),
             ),
             run_config=configs.RunConfig(
@@ -387,7 +535,47 @@ def run_on_ray(
 
 
 def _tune_name(trial) -> str:
-    return trial.config["trial"]["name"]
+    return spec_of(trial.config)["name"]
+
+
+def searched_space(tune, folder: Path, plan: Plan, unfinished: list[Trial]) -> tuple[dict, dict]:
+    """Tune's settings for an Optuna search: the space as Tune domains, Optuna's sampler seeded with the
+    sweep's seed and told every result of an earlier run of the sweep, the unfinished trials first."""
+    from dataclasses import asdict
+
+    from ray.tune.search import ConcurrencyLimiter
+    from ray.tune.search.optuna import OptunaSearch
+
+    def domain(values):
+        if not sweeps.is_range(values):
+            return tune.choice(list(values))
+        ((kind, (low, high)),) = values.items()
+        return {"uniform": tune.uniform, "loguniform": tune.loguniform}.get(kind, tune.randint)(
+            low, high + 1 if kind == "randint" else high
+        )
+
+    def typed(trial: Trial) -> dict[str, Any]:
+        point = {}
+        for k, values in plan.space.items():
+            text = trial.overrides[k]
+            kind = next(iter(values)) if sweeps.is_range(values) else None
+            point[k] = text if kind is None else int(text) if kind == "randint" else float(text)
+        return point
+
+    finished = [t for t in plan.trials if t not in unfinished and t.metric is not None and t.metric == t.metric]
+    searcher = OptunaSearch(
+        space=OptunaSearch.convert_search_space({k: domain(v) for k, v in plan.space.items()}),
+        metric=plan.metric,
+        mode=plan.mode,
+        # the sweep's seed, moved on by the results it already has: a continued study draws new points
+        seed=plan.seed + len(finished),
+        points_to_evaluate=[typed(t) for t in unfinished] or None,
+    )
+    for trial in finished:
+        searcher.add_evaluated_point(typed(trial), trial.metric)
+    base = {k: v for k, v in asdict(plan).items() if k != "trials"}
+    search = searcher if not plan.max_concurrent else ConcurrencyLimiter(searcher, plan.max_concurrent)
+    return {"sweep": {"folder": str(folder), "plan": base}}, {"search_alg": search}
 
 
 def scheduler_settings(plan: Plan) -> dict[str, Any]:
@@ -396,7 +584,7 @@ def scheduler_settings(plan: Plan) -> dict[str, Any]:
         return {}
     from ray.tune.schedulers import ASHAScheduler
 
-    cfg = resolve_config(plan.config, plan.preset, [*plan.overrides, *plan.trials[0].args()]).train
+    cfg = trial_config(plan, plan.trials[0] if plan.trials else corners(plan.space)[0]).train
     if not cfg.max_steps or not cfg.eval_every:
         raise AlilamaError("--scheduler asha needs train.max_steps and train.eval_every (its rungs are evaluations)")
     asha = ASHAScheduler(time_attr="step", max_t=cfg.max_steps, grace_period=cfg.eval_every)
@@ -408,30 +596,35 @@ def _status_callback(tune, folder: Path, plan: Plan, by_name: dict[str, Trial]):
 
     class Status(tune.Callback):
         def _set(self, trial, status: str, error: str | None = None) -> Trial:
-            t = by_name[trial.config["trial"]["name"]]
+            spec = spec_of(trial.config)
+            if spec["name"] not in by_name:  # a point the search algorithm chose: a new trial of the sweep
+                overrides = {k: value_text(trial.config[k]) for k in plan.space}
+                by_name[spec["name"]] = Trial(spec["name"], overrides)
+                plan.trials.append(by_name[spec["name"]])
+            t = by_name[spec["name"]]
             t.status, t.error = status, error
             sweeps.write_plan(folder, plan)
             return t
 
         def on_trial_start(self, iteration, trials, trial, **info):
             self._set(trial, RUNNING)
-            plain_line(f"  started   {trial.config['trial']['name']}")
+            plain_line(f"  started   {spec_of(trial.config)['name']}")
 
         def on_trial_recover(self, iteration, trials, trial, **info):
             self._set(trial, RUNNING)
             plain_line(
-                f"  retrying  {trial.config['trial']['name']}: its worker failed; continuing from its checkpoint"
+                f"  retrying  {spec_of(trial.config)['name']}: its worker failed; continuing from its checkpoint"
             )
 
         def on_trial_complete(self, iteration, trials, trial, **info):
-            finished = (Path(trial.config["trial"]["run"]) / "final").is_dir()
+            finished = (Path(spec_of(trial.config)["run"]) / "final").is_dir()
             t = self._set(trial, DONE if finished else STOPPED)
             value = (trial.last_result or {}).get(plan.metric)
             plain_line(f"  {t.status:<9} {t.name}  {plan.metric} {value}")
 
         def on_trial_error(self, iteration, trials, trial, **info):
             self._set(trial, FAILED, str(getattr(trial, "error_file", "") or "failed"))
-            plain_line(f"  FAILED    {trial.config['trial']['name']} (see its log in {folder / sweeps.LOGS})")
+            plain_line(f"  FAILED    {spec_of(trial.config)['name']} (see its log in {folder / sweeps.LOGS})")
 
     return Status()
 
@@ -441,7 +634,7 @@ def _status_callback(tune, folder: Path, plan: Plan, by_name: dict[str, Trial]):
 
 def report(folder: Path, plan: Plan) -> None:
     """Write results.csv, results.md and results.png; print the table and the best trial with its command."""
-    from alilama_core.contracts.files import atomic_write_text
+    from alilama_core.base.files import atomic_write_text
 
     atomic_write_text(folder / "results.csv", sweeps.table_csv(plan))
     markdown = sweeps.table_markdown(plan)
@@ -480,13 +673,19 @@ def plot_sweep(plan: Plan, out: Path) -> Path:
     fields = [k for k in plan.space if not sweeps.is_seed(k)] or list(plan.space)
     fig, axes = plt.subplots(1, len(fields), figsize=(5.5 * len(fields), 4.5), dpi=120, squeeze=False)
     for ax, swept in zip(axes[0], fields):
-        values = plan.space[swept]
+        values = sweeps.field_values(plan, swept)
+        numeric = sweeps.is_range(plan.space[swept])  # a range: the values on a number line (log for loguniform)
         for i, (label, points) in enumerate(sorted(sweeps.series(plan, swept).items())):
-            xs = [x for x, v in enumerate(values) if points[v]]
-            means = [sum(points[values[x]]) / len(points[values[x]]) for x in xs]
-            spread = [_std(points[values[x]]) for x in xs]
-            ax.errorbar(xs, means, yerr=spread, marker="o", capsize=4, color=f"C{i}", label=", ".join(label) or None)
-        ax.set_xticks(range(len(values)), values)
+            kept = [v for v in values if points[v]]
+            xs = [float(v) for v in kept] if numeric else [values.index(v) for v in kept]
+            means = [sum(points[v]) / len(points[v]) for v in kept]
+            spread = [_std(points[v]) for v in kept]
+            style = dict(marker="o", capsize=4, color=f"C{i}", label=", ".join(label) or None)
+            ax.errorbar(xs, means, yerr=spread, linestyle="none" if numeric else "-", **style)
+        if numeric:
+            ax.set_xscale("log" if "loguniform" in plan.space[swept] else "linear")
+        else:
+            ax.set_xticks(range(len(values)), values)
         ax.set_xlabel(swept)
         ax.set_ylabel(plan.metric)
         ax.grid(alpha=0.3)
@@ -503,8 +702,3 @@ def _std(values: list[float]) -> float:
         return 0.0
     mean = sum(values) / len(values)
     return (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``alilama sweep`` to the root app."""
-    app.command("sweep", context_settings={"ignore_unknown_options": True}, epilog=SWEEP_EXAMPLES)(sweep_cmd)

@@ -16,8 +16,8 @@ from typing import Annotated
 import typer
 
 from alilama_core.app.common import JsonOpt, console, help_examples
-from alilama_core.contracts.errors import AlilamaError
-from alilama_core.contracts.files import atomic_open, atomic_write_text
+from alilama_core.base.errors import AlilamaError
+from alilama_core.base.files import atomic_open, atomic_write_text
 
 EVAL_FILE = "task-eval.json"
 

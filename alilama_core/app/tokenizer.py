@@ -22,7 +22,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 from rich.table import Table
 
 from alilama_core.app.common import clean_errors, console, err_console, help_examples
-from alilama_core.contracts.errors import TokenizerError
+from alilama_core.base.errors import TokenizerError
 
 tokenizer_app = typer.Typer(
     no_args_is_help=True,
@@ -40,11 +40,6 @@ ThreadsOpt = Annotated[Optional[int], typer.Option("--threads", "-j", help="Thre
 ErrorsOpt = Annotated[
     str, typer.Option("--errors", help="On invalid UTF-8: 'strict' (stop with an error) or 'replace' (use U+FFFD).")
 ]
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``alilama tokenizer`` to ``app``."""
-    app.add_typer(tokenizer_app, name="tokenizer")
 
 
 def _clean_errors(fn):
@@ -296,7 +291,7 @@ def encode(
     else:
         ids = np.asarray(tok.encode(text, allowed_special="all"), dtype=np.uint32)
     if out is not None:
-        from alilama_core.contracts.files import atomic_open
+        from alilama_core.base.files import atomic_open
 
         if not out.parent.is_dir():
             raise TokenizerError(f"cannot write {str(out)!r}: the folder {str(out.parent)!r} does not exist")

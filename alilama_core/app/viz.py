@@ -7,20 +7,23 @@ from typing import Annotated
 
 import typer
 
-from alilama_core.app.commands import DeviceOpt, ThreadsOpt, choose_device, describe_loaded, set_threads
 from alilama_core.app.common import (
+    CheckpointOpt,
     ConfigOpt,
     ForceAttentionOpt,
     OverridesArg,
+    OverwriteOpt,
     PresetOpt,
+    RunArg,
     console,
     help_examples,
     loud_warnings,
     plain_line,
     resolve_config,
 )
-from alilama_core.contracts.errors import AlilamaError
-from alilama_core.contracts.limits import describe, limit
+from alilama_core.app.run_options import DeviceOpt, ThreadsOpt, choose_device, describe_loaded, set_threads
+from alilama_core.base.errors import AlilamaError
+from alilama_core.base.limits import describe, limit
 
 viz_app = typer.Typer(
     help="Draw what a model does: attention maps, the tape, positional terms.",
@@ -74,7 +77,7 @@ def attention_pictures(
     """
     from alilama_core.app.viz_draw import draw_grid, draw_map, read_tape
     from alilama_core.app.viz_page import write_page
-    from alilama_core.contracts.files import exclusive_lock
+    from alilama_core.base.files import exclusive_lock
     from alilama_core.runs.checkpoint import load_run
     from alilama_core.runs.outputs import building, check_output
 
@@ -119,10 +122,7 @@ def attention_pictures(
     ),
 )
 def attention_cmd(
-    run: Annotated[
-        str,
-        typer.Argument(help="Run folder (uses RUN/final, else the latest checkpoint)."),
-    ],
+    run: RunArg,
     prompt: Annotated[str | None, typer.Option("--prompt", help="Prompt text.")] = None,
     prompt_file: Annotated[str | None, typer.Option("--prompt-file", help="Read the prompt from a file.")] = None,
     out: Annotated[
@@ -134,20 +134,14 @@ def attention_cmd(
         typer.Option("--layer", help="Draw this layer's maps large (with --head: one map)."),
     ] = None,
     head: Annotated[int | None, typer.Option("--head", help="With --layer: the one head to draw.")] = None,
-    checkpoint: Annotated[
-        str | None,
-        typer.Option("--checkpoint", help="Checkpoint folder name, e.g. step-00001000."),
-    ] = None,
+    checkpoint: CheckpointOpt = None,
     attention: Annotated[str | None, typer.Option("--attention", help="Backend to run the model with.")] = None,
     force_attention: ForceAttentionOpt = False,
     html: Annotated[
         bool,
         typer.Option("--html/--no-html", help="Also write the interactive tape.html."),
     ] = True,
-    overwrite: Annotated[
-        bool,
-        typer.Option("--overwrite", help="Replace the pictures an earlier `alilama viz attention` wrote in --out."),
-    ] = False,
+    overwrite: OverwriteOpt = False,
     device: DeviceOpt = "auto",
     threads: ThreadsOpt = None,
 ) -> None:
@@ -206,8 +200,3 @@ def positional_cmd(
     cfg = resolve_config(config, preset, overrides)
     path = draw_positional(cfg.model, out, distance)
     console.print(f"wrote {path}", highlight=False)
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``alilama viz`` to the root app."""
-    app.add_typer(viz_app, name="viz")

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from alilama_core.contracts.errors import AlilamaError
-from alilama_core.contracts.files import atomic_open
-from alilama_core.contracts.limits import describe, limit
+from alilama_core.base.errors import AlilamaError
+from alilama_core.base.files import atomic_open
+from alilama_core.base.limits import describe, limit
 
 
 @dataclass
@@ -53,7 +53,7 @@ class Tape:
 
 def token_label(tokenizer, token_id: int) -> str:
     """The tokenizer's text for one id, with whitespace made visible (``·`` space, ``↵`` newline)."""
-    from alilama_core.contracts.errors import TokenizerError
+    from alilama_core.base.errors import TokenizerError
 
     try:
         text = tokenizer.decode([int(token_id)])
@@ -345,7 +345,7 @@ def draw_lens(tape: Tape, path: str | Path, dpi: int = 80) -> Path:
 
 def check_profile_size(scheme, model_config, n: int) -> None:
     """Refuse a profile over ``n`` distances past ``MAX_VIZ_DISTANCE``, or one whose tensors would not fit in memory."""
-    from alilama_core.contracts.errors import ConfigError
+    from alilama_core.base.errors import ConfigError
     from alilama_core.engine.validate import available_memory
 
     if n > limit("MAX_VIZ_DISTANCE"):

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from alilama_core.app.viz_draw import Tape
-from alilama_core.contracts.files import atomic_write_text
+from alilama_core.base.files import atomic_write_text
 
 
 def page_data(tape: Tape) -> dict:

@@ -4,8 +4,7 @@
 ``AttentionCase`` and ``AttentionBias`` (``attention``), ``Tokenizer``
 (``tokenizer``), ``Trainer`` (``trainer``), ``Task`` and its symbol tokenizer
 (``task``), ``Logger`` (``logger``), ``DataSource`` (``data``), ``RunWriter`` (``runs``), plain-data
-configs whose ``validate()`` checks values only (``config``), every error class
-(``errors``), the hook specifications (``hookspecs``), plugin settings
-(``options``), the table of limits (``limits``) and the file primitives (atomic
-writes, locks: ``files``). This layer imports nothing else of Alilama.
+configs whose ``validate()`` checks values only (``config``) and the hook
+specifications (``hookspecs``). It imports only ``alilama_core.base`` (errors,
+limits, options, files), which a plugin author need not read.
 """

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import torch
 from torch import Tensor
 
-from alilama_core.contracts.options import check_options
+from alilama_core.base.options import check_options
 from alilama_core.contracts.positional import PositionalKind, PositionalScheme
 
 if TYPE_CHECKING:

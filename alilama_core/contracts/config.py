@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from alilama_core.contracts.errors import ConfigError
-from alilama_core.contracts.limits import MODEL_FIELDS, describe, limit
+from alilama_core.base.errors import ConfigError
+from alilama_core.base.limits import MODEL_FIELDS, describe, limit
 from alilama_core.contracts.task import parse_lengths
 
 
@@ -100,7 +100,7 @@ def estimate_parameters(m: ModelConfig) -> int:
 
 
 def check_dimensions(m: ModelConfig) -> None:
-    """Refuse model dimensions past their documented limits (``alilama_core.contracts.limits``)."""
+    """Refuse model dimensions past their documented limits (``alilama_core.base.limits``)."""
     for name, key in MODEL_FIELDS.items():
         value = getattr(m, name)
         if value > limit(key):
@@ -313,6 +313,3 @@ class Config:
         self.train.validate()
         self.task.validate()
         return self
-
-
-# -- (de)serialisation ---------------------------------------------------------------

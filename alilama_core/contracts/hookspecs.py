@@ -53,5 +53,10 @@ def register_optimizers(register):
 
 
 @hookspec
+def register_exporters(register):
+    """Register export formats: ``register(name, cls)``, cls an ``Exporter`` subclass (``contracts.exporter``)."""
+
+
+@hookspec
 def register_commands(app):
     """Add commands or sub-apps to the ``alilama`` typer app."""

@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from alilama_core.contracts.errors import PluginUnavailableError
-from alilama_core.contracts.options import check_options
+from alilama_core.base.errors import PluginUnavailableError
+from alilama_core.base.options import check_options
 
 
 SAMPLES = "samples"

@@ -32,8 +32,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from alilama_core.contracts.errors import PluginUnavailableError
-from alilama_core.contracts.options import check_options
+from alilama_core.base.errors import PluginUnavailableError
+from alilama_core.base.options import check_options
 
 LR_SCALE = "lr_scale"
 """A param group's key: its learning rate is the schedule's times this (default 1), see ``set_lr``."""

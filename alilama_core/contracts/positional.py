@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import torch
 from torch import Tensor, nn
 
-from alilama_core.contracts.options import check_options
+from alilama_core.base.options import check_options
 
 if TYPE_CHECKING:
     from alilama_core.contracts.config import ModelConfig
@@ -72,6 +72,15 @@ class PositionalScheme(nn.Module):
     Kernels that take slopes (``tiled``, FlexAttention, flash-attn) then never
     build the dense bias. The model checks the claim against ``bias()`` when it
     is built (``check_slopes``) and refuses a scheme whose slopes disagree.
+    """
+
+    export_targets: ClassVar[dict[str, str]] = {}
+    """What this scheme is in each export target that names architectures, e.g. ALiBi's
+    ``{"gguf": "mpt", "hf": "mpt"}``: in ``gguf`` the llama.cpp architecture (``mpt``, ``gpt2``,
+    ``gptneox``), in ``hf`` the transformers ``model_type`` (``mpt``, ``gpt2``, ``gpt_neox``) that
+    computes exactly what the scheme computes. An exporter reads nothing else: a scheme that declares
+    a target is written as that architecture and read back against the run's logits; one that declares
+    nothing for a target is refused by name there (``hf`` then falls back to remote code).
     """
 
     defaults: ClassVar[dict[str, Any]] = {}

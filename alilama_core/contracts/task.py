@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from alilama_core.contracts.data import IGNORE_INDEX
-from alilama_core.contracts.errors import ConfigError, TokenizerError
-from alilama_core.contracts.files import atomic_write_text
-from alilama_core.contracts.limits import describe, limit, loads_json
+from alilama_core.base.errors import ConfigError, TokenizerError
+from alilama_core.base.files import atomic_write_text
+from alilama_core.base.limits import describe, limit, loads_json
 from alilama_core.contracts.tokenizer import Tokenizer
 
 

@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, AbstractSet, Any, ClassVar, Literal, Union
 
 from alilama_core.contracts.data import token_dtype
-from alilama_core.contracts.errors import TokenizerError, UnsupportedError
-from alilama_core.contracts.limits import DEFAULTS
-from alilama_core.contracts.options import check_options
+from alilama_core.base.errors import TokenizerError, UnsupportedError
+from alilama_core.base.limits import DEFAULTS
+from alilama_core.base.options import check_options
 
 if TYPE_CHECKING:
     import numpy as np

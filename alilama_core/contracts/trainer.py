@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from alilama_core.contracts.errors import ConfigError
-from alilama_core.contracts.options import check_options
+from alilama_core.base.errors import ConfigError
+from alilama_core.base.options import check_options
 
 
 @dataclass(frozen=True)

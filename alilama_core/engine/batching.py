@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from alilama_core.contracts.errors import ConfigError
+from alilama_core.base.errors import ConfigError
+from alilama_core.engine.decode import StaticCache, capacity_for, check_choice, decode_step, step_width
 from alilama_core.engine.generation import SamplingSettings, next_token, position_room
 from alilama_core.engine.model import GPT, KVCache
 
@@ -104,16 +105,30 @@ def score_prompt(model: GPT, ids: list[int], top: int) -> list[TokenScore]:
     return score_tokens(model(torch.tensor([ids], dtype=torch.long, device=device))[0], ids, top)
 
 
+def _plain_greedy(settings: SamplingSettings) -> bool:
+    """Greedy, and nothing changes the logits first: the token is the row's ``argmax``."""
+    return settings.temperature == 0 and not (settings.logit_bias or settings.repetition_penalty or settings.penalised)
+
+
 class ContinuousBatch:
     """A running batch of up to ``rows`` sequences over one model (see the module doc)."""
 
-    def __init__(self, model: GPT, rows: int = 8, capacity: int = 1024, eot_id: int | None = None) -> None:
+    def __init__(
+        self, model: GPT, rows: int = 8, capacity: int = 1024, eot_id: int | None = None, decode: str = "auto"
+    ) -> None:
         if rows < 1 or capacity < 2:
             raise ConfigError(f"a batch needs rows >= 1 and capacity >= 2, got rows={rows}, capacity={capacity}")
         self.model, self.rows, self.capacity, self.eot_id = model, rows, capacity, eot_id
         self.device = next(model.parameters()).device
         self.cache = KVCache()
         self.reserved = False
+        self.compiled = decode_step(model, rows, check_choice(decode))
+        """The compiled step (``engine.decode``) over every row, or ``None``: ``GPT.forward`` over the rows in use."""
+        self.static: StaticCache | None = None
+        if self.compiled is not None:  # all rows, every column, allocated once: one shape for every step
+            self.static = StaticCache.for_model(model, rows, capacity_for(model, capacity))
+            self.cache = self.static.kv_cache()
+            self.reserved = True
         self.mask = torch.zeros(rows, capacity, dtype=torch.bool, device=self.device)
         self.positions = torch.zeros(rows, dtype=torch.long, device=self.device)
         self.length = 0
@@ -192,6 +207,8 @@ class ContinuousBatch:
             return []
         if self.length + 1 > self.capacity:
             self._compact()
+        if self.static is not None:
+            return self._compiled_step()
         used = 1 + max(seq.row for seq in self.live.values())  # rows above the last live one are not computed
         inputs = torch.zeros(used, 1, dtype=torch.long, device=self.device)
         for seq in self.live.values():
@@ -208,28 +225,62 @@ class ContinuousBatch:
         )[:, -1]  # (used, V)
         self.length += 1
         self.positions += 1  # rows not computed this step are free: their positions are reset when one joins
-        return [self._sampled(seq, logits[seq.row : seq.row + 1]) for seq in list(self.live.values())]
+        return self._events(logits)
 
     # -- inside -------------------------------------------------------------------------------------
 
-    def _sampled(self, seq: Sequence, logits: Tensor) -> Event:
+    def _compiled_step(self) -> list[Event]:
+        """``step`` through the compiled step: every row, the static cache; free rows compute and are ignored."""
+        pending, live = [0] * self.rows, [0] * self.rows
+        for seq in self.live.values():
+            pending[seq.row], live[seq.row] = seq.pending, 1
+        inputs = torch.tensor(pending, dtype=torch.long, device=self.device)[:, None]  # (rows, 1): two tensors a step,
+        alive = torch.tensor(live, dtype=torch.long, device=self.device)[:, None]  # not two writes per row
+        self.mask[:, self.length] = True  # as the eager step: every row sees this step's own column
+        column = torch.tensor([self.length], device=self.device)
+        width = step_width(self.model, self.length, self.static.capacity)  # the columns in use
+        visible = torch.zeros(self.rows, width, dtype=torch.bool, device=self.device)  # (rows, W), contiguous
+        filled = min(width, self.capacity)  # CUDA reads its whole bucket: the columns past ours stay hidden
+        visible[:, :filled] = self.mask[:, :filled]
+        positions = self.positions[:, None] * alive  # a free row's position stays inside any position table
+        logits, keys, values = self.compiled(inputs, column, positions, visible, *self.static.view(width))
+        self.static.write(column, keys, values)
+        self.length += 1
+        self.positions += 1
+        return self._events(logits)
+
+    def _events(self, logits: Tensor) -> list[Event]:
+        """One event per live sequence from the step's ``(rows, V)`` logits.
+
+        Greedy rows without penalties or a bias take one ``argmax`` over the whole batch (what ``next_token``
+        gives them), the others ``next_token`` each with their own settings and generator.
+        """
+        sequences = list(self.live.values())
+        best = logits.argmax(dim=-1).tolist() if any(_plain_greedy(s.settings) for s in sequences) else None
+        return [
+            self._sampled(seq, logits[seq.row : seq.row + 1], best[seq.row] if _plain_greedy(seq.settings) else None)
+            for seq in sequences
+        ]
+
+    def _sampled(self, seq: Sequence, logits: Tensor, token: int | None = None) -> Event:
         """Sample ``seq``'s next token from ``(1, V)`` logits; end it where it is done.
 
         A failure here (a model that gives no numbers, say) ends ``seq`` alone, with an ``"error"`` event.
         """
         try:
-            return self._sample(seq, logits)
+            return self._sample(seq, logits, token)
         except Exception as exc:  # one sequence's failure is its own: the batch goes on
             self.live.pop(seq.handle, None)
             return Event(seq.handle, None, "error", error=exc)
 
-    def _sample(self, seq: Sequence, logits: Tensor) -> Event:
-        history = generated = None
-        if seq.settings.repetition_penalty:
-            history = torch.tensor([seq.prompt + seq.new], dtype=torch.long, device=self.device)
-        if seq.settings.penalised:
-            generated = torch.tensor([seq.new], dtype=torch.long, device=self.device)
-        token = int(next_token(logits, seq.settings, history, seq.generator, generated)[0])
+    def _sample(self, seq: Sequence, logits: Tensor, token: int | None = None) -> Event:
+        if token is None:
+            history = generated = None
+            if seq.settings.repetition_penalty:
+                history = torch.tensor([seq.prompt + seq.new], dtype=torch.long, device=self.device)
+            if seq.settings.penalised:
+                generated = torch.tensor([seq.new], dtype=torch.long, device=self.device)
+            token = int(next_token(logits, seq.settings, history, seq.generator, generated)[0])
         scores: dict = {}
         if seq.logprobs is not None:
             logp = logits[0].float().log_softmax(-1)

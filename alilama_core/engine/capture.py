@@ -41,7 +41,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from alilama_core.contracts.errors import UnsupportedError
+from alilama_core.base.errors import UnsupportedError
 from alilama_core.engine import attention_math
 
 __all__ = [

@@ -24,9 +24,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from alilama_core.contracts.errors import ConfigError
+from alilama_core.base.errors import ConfigError
 
 TEMPLATE_FILE = "chat_template.jinja"
+CHAT_STOPS = ["\nUser:", "\nAssistant:"]
+"""Where an assistant turn ends under the default template: the model starting the next turn itself."""
 DEFAULT_CHAT_TEMPLATE = (
     "{%- for message in messages if message['role'] in ['system', 'developer'] -%}"
     "{{ message['content'] }}{{ '\\n\\n' }}"
@@ -59,3 +61,13 @@ def render(template: str, messages: list[dict], add_generation_prompt: bool = Tr
         return env.from_string(template).render(messages=messages, add_generation_prompt=add_generation_prompt)
     except TemplateError as exc:
         raise ConfigError(f"the chat template does not render: {exc}") from None
+
+
+def chat_prompt(messages: list, template: str | None = None) -> str:
+    """The prompt text for OpenAI ``messages`` (dicts or ``requests.Message``) under ``template`` (default:
+    ``DEFAULT_CHAT_TEMPLATE``); ``ConfigError`` when the template does not render."""
+    from alilama_core.engine.requests import Message
+
+    typed = [m if isinstance(m, Message) else Message.model_validate(m) for m in messages]
+    plain = [{"role": m.role, "content": m.text} | ({"name": m.name} if m.name else {}) for m in typed]
+    return render(template or DEFAULT_CHAT_TEMPLATE, plain)

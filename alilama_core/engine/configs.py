@@ -15,9 +15,9 @@ from typing import Any, TypeVar
 import yaml
 
 from alilama_core.contracts.config import Config, ModelConfig
-from alilama_core.contracts.errors import ConfigError
-from alilama_core.contracts.files import atomic_write_text
-from alilama_core.contracts.limits import describe, json_depth, limit, nesting_problem
+from alilama_core.base.errors import ConfigError
+from alilama_core.base.files import atomic_write_text
+from alilama_core.base.limits import describe, json_depth, limit, nesting_problem
 
 T = TypeVar("T")
 
@@ -78,7 +78,7 @@ def write_preset(name: str, path: str | os.PathLike[str]) -> None:
 
 
 class _LimitError(ConfigError):
-    """A config text over a bound of ``alilama_core.contracts.limits`` (never read as a plain string)."""
+    """A config text over a bound of ``alilama_core.base.limits`` (never read as a plain string)."""
 
 
 class _Loader(yaml.SafeLoader):

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from alilama_core.contracts.errors import ConfigError
+from alilama_core.base.errors import ConfigError
+from alilama_core.engine.decode import StaticCache, capacity_for, check_choice, decode_step, step_width
 from alilama_core.engine.model import GPT, KVCache
 
 
@@ -52,6 +53,10 @@ class SamplingSettings:
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
     use_cache: bool = True
+    decode: str = "auto"
+    """How decode steps run: ``"eager"`` (``GPT.forward`` on a growing cache), ``"compiled"`` (one compiled
+    step on a static cache, built once per model and batch size: ``alilama_core.engine.decode``) or ``"auto"``
+    (compiled when it is ready without compiling, else eager). Every choice gives the same tokens."""
 
     def validate(self, vocab_size: int | None = None) -> "SamplingSettings":
         """Every setting in its range, or ``ConfigError`` naming it (``vocab_size``: also the logit_bias ids)."""
@@ -79,6 +84,7 @@ class SamplingSettings:
                 raise ConfigError(f"logit_bias values must be between -100 and 100, got {bias} for token {token}")
         if self.seed is not None and not 0 <= self.seed <= MAX_SEED:
             raise ConfigError(f"seed must be between 0 and 2**63-1, got {self.seed}")
+        check_choice(self.decode)
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise ConfigError("a stop string must not be empty (it would stop before the first token); drop --stop ''")
         return self
@@ -179,6 +185,10 @@ def generate_stream(
     seq_mask[:, :width] = mask
     positions = (mask.long().cumsum(dim=1) - 1).clamp(min=0) if padded else None  # (B, W) per-row positions
     done = torch.zeros(B, dtype=torch.bool, device=device)
+    step = decode_step(model, B, settings.decode) if settings.use_cache and steps > 1 else None
+    if step is not None:
+        yield from _compiled_stream(model, step, seq, seq_mask, positions, width, steps, settings, generator, eot_id)
+        return
     cache = KVCache(capacity=total) if settings.use_cache else None
     step_input = ids
     length = width
@@ -208,6 +218,59 @@ def generate_stream(
         step_input = seq[:, length - 1 : length]  # (B, 1)
         if padded and cache is not None:
             positions = positions[:, -1:] + 1  # (B, 1) the next position of each row
+
+
+def _compiled_stream(
+    model: GPT,
+    step,
+    seq: Tensor,
+    seq_mask: Tensor,
+    positions: Tensor | None,
+    width: int,
+    steps: int,
+    settings: SamplingSettings,
+    generator,
+    eot_id: int | None,
+) -> Iterator[Tensor]:
+    """``generate_stream``'s loop with the prompt prefilled into a ``StaticCache`` and a compiled step after it."""
+    B, total = seq.shape
+    device = seq.device
+    padded = positions is not None
+    cache = StaticCache.for_model(model, B, capacity_for(model, total))
+    visible = torch.ones(B, cache.capacity, dtype=torch.bool, device=device)  # (B, N): False on padding
+    visible[:, :total] = seq_mask
+    logits = model(
+        seq[:, :width],
+        cache=cache.kv_cache(),
+        key_padding_mask=seq_mask[:, :width] if padded else None,
+        position_ids=positions,
+        logits_to_keep=1,
+    )[:, -1]  # (B, V): the prompt in one call
+    column = torch.tensor([width], device=device)  # (1,) where the next token's keys go
+    position = positions[:, -1:] + 1 if padded else torch.full((B, 1), width, dtype=torch.long, device=device)
+    done = torch.zeros(B, dtype=torch.bool, device=device)
+    greedy = settings.temperature == 0 and not (
+        settings.logit_bias or settings.repetition_penalty or settings.penalised
+    )
+    for length in range(width, width + steps):
+        if greedy:
+            token = logits.argmax(dim=-1)  # (B,) what next_token gives for these settings, without its checks
+        else:
+            history = seq[:, :length] if settings.repetition_penalty else None
+            generated = seq[:, width:length] if settings.penalised else None
+            token = next_token(logits, settings, history, generator, generated)  # (B,)
+        if eot_id is not None:
+            token = torch.where(done, torch.full_like(token, eot_id), token)
+            done |= token == eot_id
+        yield token
+        if length + 1 == width + steps or (eot_id is not None and bool(done.all())):
+            return
+        seq[:, length] = token
+        w = step_width(model, length, cache.capacity)  # the filled columns: what the eager path attends to
+        logits, keys, values = step(token[:, None], column, position, visible[:, :w].contiguous(), *cache.view(w))
+        cache.write(column, keys, values)
+        column += 1
+        position += 1
 
 
 def position_room(model: GPT, prompt_tokens: int) -> int | None:

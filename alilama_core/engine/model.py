@@ -34,7 +34,7 @@ from alilama_core.contracts.attention import (
     shape_class,
 )
 from alilama_core.contracts.config import ModelConfig
-from alilama_core.contracts.errors import ConfigError
+from alilama_core.base.errors import ConfigError
 from alilama_core.contracts.positional import PositionalScheme
 from alilama_core.engine.registry import get_attention, get_positional
 from alilama_core.engine.validate import check_model
@@ -177,16 +177,8 @@ class CausalSelfAttention(nn.Module):
         key_padding_mask: Tensor | None = None,
         attention: _Attention | None = None,
     ) -> Tensor:
-        B, T, C = x.shape
         positional, backend = self._shared
-        q, k, v = self.qkv(x).split(C, dim=2)  # (B, T, C) each
-        q = q.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)  # (B, H, T, D)
-        k = k.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)  # (B, H, T, D)
-        v = v.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)  # (B, H, T, D)
-        if hasattr(self, "q_norm"):
-            q, k = self.q_norm(q), self.k_norm(k)  # each head's vectors, before positions and the cache
-        if positional.kind == "rotary":
-            q, k = positional.rotate(q, positions), positional.rotate(k, positions)
+        q, k, v = self.project(x, positions)  # (B, H, T, D) each
         if cache is not None:
             k, v = cache.update(layer, k, v)  # (B, H, S, D)
         if attention is None:  # called on its own: resolve for this call
@@ -198,7 +190,26 @@ class CausalSelfAttention(nn.Module):
             )  # (B, H, T, D)
         else:
             y = attention.fn(q, k, v, positional=scheme, causal=True, key_padding_mask=key_padding_mask)
-        y = y.transpose(1, 2).reshape(B, T, C)  # (B, T, C)
+        return self.output(y)
+
+    def project(self, x: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries, keys and values ``(B, H, T, D)`` of ``x`` ``(B, T, C)``, normed and rotated where the model says."""
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)  # (B, T, C) each
+        q = q.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)  # (B, H, T, D)
+        k = k.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)  # (B, H, T, D)
+        v = v.view(B, T, self.n_heads, C // self.n_heads).transpose(1, 2)  # (B, H, T, D)
+        if hasattr(self, "q_norm"):
+            q, k = self.q_norm(q), self.k_norm(k)  # each head's vectors, before positions and the cache
+        positional = self._shared[0]
+        if positional.kind == "rotary":
+            q, k = positional.rotate(q, positions), positional.rotate(k, positions)
+        return q, k, v
+
+    def output(self, y: Tensor) -> Tensor:
+        """The heads' outputs ``(B, H, T, D)`` merged and projected back to ``(B, T, C)``."""
+        B, H, T, D = y.shape
+        y = y.transpose(1, 2).reshape(B, T, H * D)  # (B, T, C)
         return self.dropout(self.proj(y))
 
 

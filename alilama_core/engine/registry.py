@@ -39,7 +39,7 @@ from typing import Any
 import pluggy
 
 from alilama_core.contracts import hookspecs
-from alilama_core.contracts.errors import PluginUnavailableError, UnknownPluginError
+from alilama_core.base.errors import PluginUnavailableError, UnknownPluginError
 
 ENTRY_POINT_GROUP = "alilama"
 ENV_VAR = "ALILAMA_PLUGINS"
@@ -52,6 +52,7 @@ HOOKS: dict[str, str] = {
     "task": "register_tasks",
     "logger": "register_loggers",
     "optimizer": "register_optimizers",
+    "exporter": "register_exporters",
 }
 """Plugin kind -> the ``register_*`` hook that fills its name table."""
 KINDS = tuple(HOOKS)
@@ -415,6 +416,11 @@ def build_optimizer(model: Any, train: Any) -> Any:
     from alilama_core.contracts.optimizer import ModelParameters
 
     return optimizer_for(train).build(ModelParameters.of(model))
+
+
+def get_exporter(name: str) -> Any:
+    """The ``Exporter`` class registered as ``name`` (``alilama export NAME``)."""
+    return get_registry().get("exporter", name)
 
 
 def register_plugin(plugin: object, name: str | None = None) -> str:

@@ -28,7 +28,7 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from alilama_core.contracts.errors import AlilamaError, ConfigError
+from alilama_core.base.errors import AlilamaError, ConfigError
 from alilama_core.engine.generation import MAX_PENALTY, MAX_SEED, MIN_TEMPERATURE, SamplingSettings
 
 IMPLEMENTED, NEUTRAL, EXTENSION = "implemented", "neutral only", "extension"
@@ -40,11 +40,14 @@ MAX_JSON_DEPTH = 64
 
 
 class RequestError(AlilamaError):
-    """A request the server refuses: the client sees OpenAI's error object with ``status`` and ``param``."""
+    """A request the server refuses: the client sees OpenAI's error object with ``status``, ``param`` and ``kind``
+    (its ``type``: ``invalid_request_error``, or ``server_busy``, ``server_error``)."""
 
-    def __init__(self, message: str, param: str | None = None, status: int = 400) -> None:
+    def __init__(
+        self, message: str, param: str | None = None, status: int = 400, kind: str = "invalid_request_error"
+    ) -> None:
         super().__init__(message)
-        self.message, self.param, self.status = message, param, status
+        self.message, self.param, self.status, self.kind = message, param, status, kind
 
 
 def _field(support: str, doc: str, default: Any = None, neutral: tuple = (), **bounds) -> Any:
@@ -170,6 +173,19 @@ class _Request(_Strict):
             logit_bias={int(k): v for k, v in (self.logit_bias or {}).items()},
             seed=self.seed,
         )
+
+    def sampling_within(self, max_tokens: int, max_n: int, vocab_size: int) -> SamplingSettings:
+        """``sampling(max_tokens)``, refused (``RequestError``) where it passes what one server allows:
+        more than ``max_tokens`` new tokens, more than ``max_n`` choices, or token ids outside ``vocab_size``."""
+        settings = self.sampling(max_tokens)
+        if settings.max_new_tokens > max_tokens:
+            raise RequestError(
+                f"max_tokens is {settings.max_new_tokens}; this server allows at most {max_tokens}", "max_tokens"
+            )
+        if self.choices > max_n:
+            raise RequestError(f"n is {self.choices}; this server allows at most {max_n}", "n")
+        settings.validate(vocab_size)
+        return settings
 
 
 class CompletionRequest(_Request):
@@ -308,6 +324,19 @@ class ChatRequest(_Request):
         return (self.top_logprobs or 0) if self.logprobs else None
 
 
+class TapeRequest(_Strict):
+    """``POST /v1/alilama/tape`` (the playground's): the text whose tape is drawn."""
+
+    text: Any = Field(None, validate_default=True, description="The text to read: a non-empty string.")
+
+    @field_validator("text", mode="before")
+    @classmethod
+    def _text(cls, text):
+        if not isinstance(text, str) or not text:
+            raise ValueError("text must be a non-empty string")
+        return text
+
+
 def _ids(value: Any) -> bool:
     return (
         isinstance(value, list)
@@ -369,7 +398,7 @@ def read_body(raw: bytes) -> dict:
     return body
 
 
-def parse(kind: type[_Request], body: dict) -> Any:
+def parse(kind: type[BaseModel], body: dict) -> Any:
     """``kind`` validated from ``body``, or ``RequestError`` saying what is wrong with which field."""
     try:
         return kind.model_validate(body)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from alilama_core.contracts.errors import ConfigError
+from alilama_core.base.errors import ConfigError
 
 
 def usable_cpus() -> set[int]:

@@ -6,7 +6,7 @@ import os
 
 from alilama_core.contracts.attention import attention_backend
 from alilama_core.contracts.config import Config, ModelConfig, estimate_parameters
-from alilama_core.contracts.errors import ConfigError
+from alilama_core.base.errors import ConfigError
 from alilama_core.engine.registry import get_attention, get_positional, get_registry, get_trainer
 
 

@@ -26,7 +26,8 @@ becomes a strict expected failure::
 on the CPU (a second or two); ``check_tokenizer`` trains on a few lines;
 ``check_trainer`` trains a tiny model for a few steps on a prepared data folder;
 ``check_logger`` runs a logger through a run, an interrupted and resumed one, and an evaluation;
-``check_optimizer`` trains a tiny model with an optimizer, restores its state and resumes a run.
+``check_optimizer`` trains a tiny model with an optimizer, restores its state and resumes a run;
+``check_exporter`` exports a tiny run through the core and reads it back.
 The built-in plugins pass every check in Alilama's own test suite.
 """
 
@@ -39,6 +40,7 @@ from alilama_core.kit.common import (
     run_checks,
     tiny_model_config,
 )
+from alilama_core.kit.exporter import check_exporter, exporter_checks
 from alilama_core.kit.logger import check_logger, logger_checks
 from alilama_core.kit.optimizer import check_optimizer, optimizer_checks
 from alilama_core.kit.positional import check_positional_scheme, positional_checks
@@ -51,12 +53,14 @@ __all__ = [
     "Check",
     "attention_checks",
     "check_attention_backend",
+    "check_exporter",
     "check_logger",
     "check_optimizer",
     "check_positional_scheme",
     "check_task",
     "check_tokenizer",
     "check_trainer",
+    "exporter_checks",
     "logger_checks",
     "optimizer_checks",
     "parametrize_with_checks",

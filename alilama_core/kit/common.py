@@ -10,7 +10,7 @@ from typing import Any
 
 from alilama_core.contracts.attention import AttentionCase, attention_backend
 from alilama_core.contracts.config import ModelConfig
-from alilama_core.contracts.errors import AlilamaError, ConfigError
+from alilama_core.base.errors import AlilamaError, ConfigError
 from alilama_core.contracts.hookspecs import hookimpl
 from alilama_core.engine.configs import PRESETS
 from alilama_core.engine.model import build_model
@@ -56,12 +56,6 @@ def registered(kind: str, name: str, target: Any) -> Iterator[str]:
         yield name
     finally:
         registry.unregister_plugin(plugin_name)
-
-
-def _name(kind: str, scheme: Any) -> tuple[str, Any]:
-    """(registry name, context manager) for a name or a class given to a check."""
-    name, scope = _scope(kind, scheme)
-    return name, scope()
 
 
 def _scope(kind: str, target: Any) -> tuple[str, Callable[[], Any]]:

@@ -6,7 +6,7 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from alilama_core.contracts.errors import ConfigError
+from alilama_core.base.errors import ConfigError
 from alilama_core.contracts.positional import PositionalScheme
 from alilama_core.engine.model import KVCache, build_model
 from alilama_core.engine.registry import get_positional

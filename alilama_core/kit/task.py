@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from alilama_core.contracts.errors import ConfigError
+from alilama_core.base.errors import ConfigError
 from alilama_core.contracts.task import EOS, SEP, Task
 from alilama_core.engine.registry import get_registry
 from alilama_core.kit.common import Check, Subject, run_checks

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from alilama_core.contracts.errors import TokenizerError
+from alilama_core.base.errors import TokenizerError
 from alilama_core.contracts.tokenizer import Tokenizer
 from alilama_core.engine.registry import get_tokenizer
 from alilama_core.kit.common import (

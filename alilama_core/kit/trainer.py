@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from alilama_core.contracts.attention import attention_backend
-from alilama_core.contracts.errors import AlilamaError
+from alilama_core.base.errors import AlilamaError
 from alilama_core.contracts.optimizer import OptimizerFactory
 from alilama_core.contracts.task import parse_lengths
 from alilama_core.contracts.trainer import SETTING_NAMES, SETTINGS, Trainer

@@ -9,7 +9,7 @@ A run folder (litgpt-like)::
     RUN/step-00001000/         model.safetensors, trainer state
     RUN/final/                 model.safetensors of the finished run
     RUN/metrics.jsonl          one JSON object per logged step
-    RUN/.alilama-output        marks the folder as an Alilama run (see ``alilama_core.outputs``)
+    RUN/.alilama-output        marks the folder as an Alilama run (see ``alilama_core.runs.outputs``)
 
 Weights are safetensors (never pickle). A head tied to the embedding (``model.tie_embeddings``,
 the default) is stored once, as ``tok_emb.weight``, and the tie is restored on load; an untied
@@ -38,9 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from alilama_core.contracts.attention import attention_backend
-from alilama_core.contracts.errors import AlilamaError, AlilamaWarning, CheckpointError, ConfigError, IntegrityError
-from alilama_core.contracts.files import atomic_open, atomic_write_text
-from alilama_core.contracts.limits import safetensors_problem
+from alilama_core.base.errors import AlilamaError, AlilamaWarning, CheckpointError, ConfigError, IntegrityError
+from alilama_core.base.files import atomic_open, atomic_write_text
+from alilama_core.base.limits import safetensors_problem
 from alilama_core.engine import configs as cfgmod
 from alilama_core.engine.model import build_model
 from alilama_core.engine.registry import get_attention, get_registry
@@ -403,10 +403,15 @@ def resume_config(run: str | os.PathLike[str], overrides: list[str] | None = Non
     return config, read_run_json(path).get("data")
 
 
-def read_metrics(run: str | Path) -> list[dict]:
-    """The rows of ``RUN/metrics.jsonl`` (a last line torn by a kill is left out)."""
+def read_metrics(run: str | Path, missing_ok: bool = False) -> list[dict]:
+    """The rows of ``RUN/metrics.jsonl`` (a last line torn by a kill is left out).
+
+    ``missing_ok``: a run without the file (assembled by hand) has no rows, instead of an error.
+    """
     path = Path(run) / METRICS
     if not path.is_file():
+        if missing_ok:
+            return []
         raise AlilamaError(f"{str(run)!r} has no metrics.jsonl (is it a run folder that has trained?)")
     rows = []
     lines = path.read_text(encoding="utf-8", errors="replace").splitlines()

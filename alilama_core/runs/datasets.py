@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from alilama_core.contracts.errors import AlilamaError
+from alilama_core.base.errors import AlilamaError
 
 TINYSTORIES = {
     "repo_id": "roneneldan/TinyStories",

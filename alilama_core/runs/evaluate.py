@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from alilama_core.contracts.errors import ConfigError
+from alilama_core.base.errors import ConfigError
 from alilama_core.runs.checkpoint import load_run
 from alilama_core.runs.windows import window_nll
 

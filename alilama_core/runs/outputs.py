@@ -6,19 +6,17 @@ marker file, ``.alilama-output``, naming its kind. ``--overwrite`` replaces a
 folder only when the marker says it is Alilama's own output of the same kind and
 the folder holds nothing but the files Alilama writes there; it never replaces
 an input of the same command. New output is built in a temporary folder beside
-the target and swapped in with renames, so a failure leaves the old folder as
-it was::
+the target and swapped in whole (``base.files.replace_folder``), so a failure
+leaves the old folder as it was::
 
     check_output(out, "data", overwrite=True, inputs=[corpus, tokenizer_dir])
-    work = new_folder_beside(out)
-    ...                      # write into work
-    mark(work, "data")
-    swap_in(work, out)
+    with exclusive_lock(out, "data folder"), building(out, "data", "data folder") as work:
+        ...                  # write into work
 
 ``alilama export`` writes folders (``hf``, ``onnx``) and files (``gguf``, the ollama
 ``Modelfile``) under one rule, ``check_export``: the output is never the run it
 reads nor anything inside it, never inside another folder Alilama writes, and
-``--force`` replaces only what an export wrote there (a marked folder, or a regular
+``--overwrite`` replaces only what an export wrote there (a marked folder, or a regular
 file that starts as such a file does), never a link, a device or a FIFO. Files are
 written whole with ``building_file``. Temporaries beside an output are named
 ``.NAME.PID.XXXX.tmp``, so a later writer removes those whose process is gone.
@@ -37,8 +35,8 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from alilama_core.contracts.errors import OutputError
-from alilama_core.contracts.files import atomic_write_text, file_mode, folder_mode, make_temp_folder
+from alilama_core.base.errors import OutputError
+from alilama_core.base.files import atomic_write_text, file_mode, folder_mode, make_temp_folder, replace_folder
 
 MARKER = ".alilama-output"
 
@@ -89,7 +87,7 @@ CONTENTS: dict[str, tuple[str, ...]] = {
     ),
 }
 FILES = {"gguf": b"GGUF", "modelfile": b"# ollama create"}
-"""The files ``alilama export`` writes, by the bytes each starts with: ``--force`` replaces only such a file."""
+"""The files ``alilama export`` writes, by the bytes each starts with: ``--overwrite`` replaces only such a file."""
 
 
 def _legacy_export(folder: Path) -> bool:
@@ -201,7 +199,7 @@ def check_output(
     ``overwrite`` and only when it is Alilama's own ``kind`` output holding
     nothing else. ``out`` must not be, contain or lie inside one of ``inputs``.
     ``option`` and ``argument`` are how the command spells overwriting and the
-    output (``--force`` and ``OUT`` for ``alilama export``), for the messages.
+    output (``--overwrite`` and ``OUT`` for ``alilama export``), for the messages.
     """
     out = Path(out)
     what = what or {"run": "run folder", "data": "data folder"}.get(kind, "output folder")
@@ -308,7 +306,7 @@ def check_export(out: str | os.PathLike[str], kind: str, run: str | os.PathLike[
 
     ``out`` is never the run it reads, nor inside it, nor inside another folder
     Alilama writes (a run, a data folder, an export: each holds only its own
-    files); ``force`` (``--force``) replaces only what an export wrote there.
+    files); ``force`` (``--overwrite``) replaces only what an export wrote there.
     """
     out = Path(out)
     what = NOUN[kind]
@@ -322,7 +320,7 @@ def check_export(out: str | os.PathLike[str], kind: str, run: str | os.PathLike[
             "there; choose an OUT outside it"
         )
     check = check_output_file if kind in FILES else check_output
-    check(out, kind, force, what=what, option="--force", argument="OUT")
+    check(out, kind, force, what=what, option="--overwrite", argument="OUT")
 
 
 def _temp_prefix(out: Path) -> str:
@@ -338,23 +336,6 @@ def new_folder_beside(out: str | os.PathLike[str], what: str = "output") -> Path
         return make_temp_folder(out.parent, prefix=_temp_prefix(out))
     except OSError as exc:
         raise OutputError(f"cannot write the {what} {str(out)!r}: {exc.strerror or exc}") from None
-
-
-def swap_in(work: Path, out: str | os.PathLike[str]) -> None:
-    """Put the finished folder ``work`` at ``out``; an old ``out`` is removed only after the swap."""
-    out = Path(out)
-    if not out.exists():
-        os.replace(work, out)
-        return
-    old = Path(tempfile.mkdtemp(dir=out.parent, prefix=_temp_prefix(out), suffix=".tmp"))
-    os.replace(out, old / out.name)
-    try:
-        os.replace(work, out)
-    except BaseException:
-        os.replace(old / out.name, out)  # put the old folder back
-        raise
-    finally:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def _remove(path: Path) -> None:
@@ -441,7 +422,7 @@ def building(out: str | os.PathLike[str], kind: str, what: str = "output") -> It
     try:
         yield work
         mark(work, kind)
-        swap_in(work, out)
+        replace_folder(work, out)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise

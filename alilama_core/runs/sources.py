@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from alilama_core.contracts.errors import AlilamaError
+from alilama_core.base.errors import AlilamaError
 from alilama_core.runs.data import TokenData
 from alilama_core.runs.tasks import TaskData
 

@@ -7,6 +7,7 @@ runs them on Ray Tune); it reads and writes what a sweep leaves on disk::
     SWEEP/sweep.json          the plan (base settings, space, search, seed) and each trial's status
     SWEEP/trials/NAME/        one ordinary run folder per trial (eval, generate, plot work on it)
     SWEEP/logs/NAME.log       what the trial printed
+    SWEEP/trials/NAME/sweep-score.json   the scoring step's columns (``score:``), when the sweep has one
     SWEEP/results.csv, results.md, results.png
 """
 
@@ -26,13 +27,17 @@ from typing import Any
 
 import yaml
 
-from alilama_core.contracts.errors import ConfigError
-from alilama_core.contracts.files import atomic_write_text
+from alilama_core.base.errors import ConfigError
+from alilama_core.base.files import atomic_write_text
 
 SWEEP_JSON = "sweep.json"
 TRIALS = "trials"
 LOGS = "logs"
-SEARCHES = ("grid", "random")
+SEARCHES = ("grid", "random", "optuna")
+"""grid: every combination; random: ``samples`` points drawn with ``seed``; optuna: ``samples`` points that
+Optuna's sampler (through Ray Tune) chooses one after another from the results so far."""
+RANGES = ("uniform", "loguniform", "randint")
+"""Continuous (or integer) ranges a field may be searched over, as ``{kind: [low, high]}``, both ends included."""
 PENDING, RUNNING, DONE, STOPPED, FAILED = "pending", "running", "done", "stopped", "failed"
 """A trial's status; ``stopped``: ended early by the scheduler (ASHA), not trained again."""
 FILE_KEYS = {
@@ -52,6 +57,7 @@ FILE_KEYS = {
     "gpus_per_trial",
     "scheduler",
     "logger",
+    "score",
 }
 """The keys a sweep YAML may hold (``configs/sweeps/*.yaml``)."""
 IDENTITY = ("preset", "config", "data", "task", "overrides", "space", "search", "samples", "seed")
@@ -68,6 +74,8 @@ class Trial:
     metric: float | None = None
     step: int | None = None
     error: str | None = None
+    scores: dict[str, float] = field(default_factory=dict)
+    """The scoring step's columns (``exact@16``, ``bpb@256``, ...), once it ran on the trained trial."""
 
     def args(self) -> list[str]:
         return [f"{k}={v}" for k, v in self.overrides.items()]
@@ -82,7 +90,8 @@ class Plan:
     data: str | None = None
     task: str | None = None
     overrides: list[str] = field(default_factory=list)
-    space: dict[str, list[str]] = field(default_factory=dict)
+    space: dict[str, list[str] | dict[str, list[float]]] = field(default_factory=dict)
+    """Each swept field: a list of values as written, or a range ``{"loguniform": [1e-4, 1e-2]}``."""
     metric: str | None = None
     mode: str | None = None
     search: str = "grid"
@@ -93,10 +102,13 @@ class Plan:
     gpus_per_trial: float = 0
     scheduler: str | None = None
     logger: str | None = None
+    score: list[str] = field(default_factory=list)
+    """Arguments of ``alilama eval`` that score each trained trial (e.g. ``--lengths 8,16,32``); empty: none."""
     trials: list[Trial] = field(default_factory=list)
 
     def identity(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in IDENTITY}
+        """What must match for a rerun to continue this sweep (an Optuna study may be given more samples)."""
+        return {k: getattr(self, k) for k in IDENTITY if not (k == "samples" and self.search == "optuna")}
 
 
 # -- reading a sweep from the command line and from a YAML file --------------------------------------------
@@ -110,9 +122,9 @@ def split_values(text: str) -> list[str]:
             quote = "" if ch == quote else quote
         elif ch in "'\"":
             quote = ch
-        elif ch in "[{":
+        elif ch in "[{(":
             depth += 1
-        elif ch in "]}":
+        elif ch in "]})":
             depth -= 1
         elif ch == "," and depth == 0:
             items.append(text[start:i])
@@ -121,14 +133,46 @@ def split_values(text: str) -> list[str]:
     return [item.strip() for item in items]
 
 
-def split_overrides(args: list[str]) -> tuple[list[str], dict[str, list[str]]]:
-    """Command-line overrides as (fixed ones, swept ones): ``field=a,b`` sweeps ``field`` over a and b."""
+_RANGE = re.compile(r"^\s*(uniform|loguniform|randint)\s*\(\s*([^,()]+?)\s*,\s*([^,()]+?)\s*\)\s*$")
+
+
+def parse_range(where: str, kind: str, bounds: Any) -> dict[str, list[float]]:
+    """``{kind: [low, high]}`` checked: a known kind, two numbers, low < high (both > 0 for loguniform)."""
+    if kind not in RANGES:
+        raise ConfigError(f"{where}: unknown range {kind!r}; choose one of {', '.join(RANGES)} (or give a list)")
+    try:
+        low, high = (float(b) for b in bounds)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}: {kind} needs two numbers, [low, high]; got {bounds!r}") from None
+    if kind == "randint":
+        if low != int(low) or high != int(high):
+            raise ConfigError(f"{where}: randint needs two integers, got {bounds!r}")
+        low, high = int(low), int(high)
+    if not low < high or (kind == "loguniform" and low <= 0):
+        need = "0 < low < high" if kind == "loguniform" else "low < high"
+        raise ConfigError(f"{where}: {kind}({low}, {high}) is empty; give {need}")
+    return {kind: [low, high]}
+
+
+def is_range(values: Any) -> bool:
+    return isinstance(values, dict)
+
+
+def split_overrides(args: list[str]) -> tuple[list[str], dict[str, list[str] | dict[str, list[float]]]]:
+    """Command-line overrides as (fixed ones, swept ones): ``field=a,b`` sweeps ``field`` over a and b,
+    ``field=loguniform(1e-4,1e-2)`` over a range."""
     fixed, space = [], {}
     for item in args:
         key, sep, raw = item.partition("=")
         key = key.strip().lstrip("-")
         if not sep or not key:
             raise ConfigError(f"override {item!r} must look like section.field=value or section.field=a,b,c")
+        found = _RANGE.match(raw)
+        if found:
+            if key in space:
+                raise ConfigError(f"{key} is swept twice on the command line; give it once")
+            space[key] = parse_range(item, found[1], [found[2], found[3]])
+            continue
         values = split_values(raw)
         if len(values) == 1:
             fixed.append(f"{key}={raw}")
@@ -182,6 +226,12 @@ def read_sweep_file(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{str(path)!r}: space must map section.field to a list of values")
     out_space = {}
     for key, values in space.items():
+        if isinstance(values, dict):  # a range: {loguniform: [1e-4, 1e-2]}
+            if len(values) != 1:
+                raise ConfigError(f"{str(path)!r}: space.{key} must be a list or one range, e.g. {{uniform: [0, 1]}}")
+            ((kind, bounds),) = values.items()
+            out_space[str(key)] = parse_range(f"{str(path)!r}: space.{key}", str(kind), bounds)
+            continue
         values = values if isinstance(values, list) else [values]
         if not values:
             raise ConfigError(f"{str(path)!r}: space.{key} is an empty list; give it at least one value")
@@ -193,7 +243,27 @@ def read_sweep_file(path: str | Path) -> dict[str, Any]:
     if not isinstance(overrides, list):
         raise ConfigError(f"{str(path)!r}: overrides must be a list of section.field=value (or a mapping)")
     data["overrides"] = [str(o) for o in overrides]
+    if "score" in data:
+        data["score"] = score_args(data["score"], str(path))
     return data
+
+
+def score_args(value: Any, where: str = "--score") -> list[str]:
+    """The scoring step's ``alilama eval`` arguments from a YAML list or a string (``--lengths 8,16,32``)."""
+    import shlex
+
+    if value is None:
+        return []
+    if isinstance(value, str):
+        args = shlex.split(value)
+    elif isinstance(value, list) and all(isinstance(v, (str, int, float)) for v in value):
+        args = [str(v) for v in value]
+    else:
+        raise ConfigError(f"{where}: score must be `alilama eval` arguments, e.g. score: --lengths 8,16,32")
+    taken = sorted({a.split("=")[0] for a in args} & {"--json", "--out", "--progress", "--no-progress", "--log"})
+    if taken:
+        raise ConfigError(f"{where}: score sets {', '.join(taken)} itself; leave it out")
+    return args
 
 
 # -- the trials of a space -------------------------------------------------------------------------------
@@ -211,15 +281,55 @@ def trial_name(overrides: dict[str, str]) -> str:
     return f"{readable[:100]}-{digest}"
 
 
-def expand(space: dict[str, list[str]], search: str = "grid", samples: int | None = None, seed: int = 0) -> list[Trial]:
-    """The trials of ``space``: every combination (grid), or ``samples`` distinct ones drawn with ``seed`` (random)."""
+def format_value(value: float | int) -> str:
+    """A drawn number as the text of its override (what the trial trains with, and its folder's name)."""
+    return str(value) if isinstance(value, int) else f"{value:.6g}"
+
+
+def draw(values: list[str] | dict[str, list[float]], rng: random.Random) -> str:
+    """One value of a field: a list's item, or a number from its range (log-uniform on a log scale)."""
+    if not is_range(values):
+        return rng.choice(values)
+    ((kind, (low, high)),) = values.items()
+    if kind == "randint":
+        return format_value(rng.randint(low, high))
+    if kind == "loguniform":
+        return format_value(math.exp(rng.uniform(math.log(low), math.log(high))))
+    return format_value(rng.uniform(low, high))
+
+
+def expand(
+    space: dict[str, list[str] | dict[str, list[float]]],
+    search: str = "grid",
+    samples: int | None = None,
+    seed: int = 0,
+) -> list[Trial]:
+    """The trials of ``space``: every combination (grid), ``samples`` distinct ones drawn with ``seed``
+    (random), or none yet (optuna: its sampler chooses them as results come in)."""
     if search not in SEARCHES:
         raise ConfigError(f"unknown search {search!r}; choose one of {', '.join(SEARCHES)}")
+    if search != "grid" and (not samples or samples < 1):
+        raise ConfigError(f"a {search} search needs samples: N (how many trials to draw), N >= 1")
+    ranges = [k for k, v in space.items() if is_range(v)]
+    if search == "grid" and ranges:
+        raise ConfigError(
+            f"{', '.join(ranges)} is a range, which a grid cannot enumerate; use --search random or optuna "
+            "(with --samples N), or give a list of values"
+        )
+    if search == "optuna":
+        return []
     keys = list(space)
+    if ranges:  # independent draws, the seed decides them; a point drawn twice is drawn once
+        rng, points = random.Random(seed), []
+        for _ in range(samples * 20):
+            point = {k: draw(space[k], rng) for k in keys}
+            if point not in points:
+                points.append(point)
+            if len(points) == samples:
+                break
+        return [Trial(trial_name(p), p) for p in points]
     points = [dict(zip(keys, combo)) for combo in itertools.product(*(space[k] for k in keys))]
     if search == "random":
-        if not samples or samples < 1:
-            raise ConfigError("a random search needs samples: N (how many trials to draw), N >= 1")
         points = random.Random(seed).sample(points, min(samples, len(points)))
     trials = [Trial(trial_name(p), p) for p in points]
     names = [t.name for t in trials]
@@ -250,13 +360,52 @@ def write_plan(folder: str | Path, plan: Plan) -> None:
 
 def check_same_sweep(folder: str | Path, old: Plan, new: Plan) -> None:
     """Refuse to continue a sweep folder with another plan: a rerun must be the same sweep."""
-    diff = [k for k in IDENTITY if old.identity()[k] != new.identity()[k]]
+    diff = [k for k in new.identity() if old.identity().get(k) != new.identity()[k]]
     if diff:
         what = "; ".join(f"{k}: {old.identity()[k]!r} there, {new.identity()[k]!r} now" for k in diff)
         raise ConfigError(
             f"{str(folder)!r} holds another sweep ({what}). Give the same settings to continue it, "
             "or another --out for a new sweep"
         )
+
+
+SCORE_FILE = "sweep-score.json"
+
+
+def score_columns(result: Any) -> dict[str, float]:
+    """``alilama eval --json`` output as named columns: a task run's ``exact@L`` and ``token_acc@L`` per length,
+    a text run's ``bpb@C`` per context length (``FILE:bpb@C`` when it scored more than one file)."""
+    columns: dict[str, float] = {}
+    if isinstance(result, dict) and isinstance(result.get("rows"), list):  # a task run
+        for row in result["rows"]:
+            if row.get("exact_match") is not None:
+                columns[f"exact@{row['length']}"] = float(row["exact_match"])
+                columns[f"token_acc@{row['length']}"] = float(row["token_accuracy"])
+        return columns
+    if isinstance(result, list):  # a text run: one row per file and context length
+        files = {Path(r["file"]).stem for r in result}
+        for r in result:
+            if r.get("bpb") is not None:
+                prefix = f"{Path(r['file']).stem}:" if len(files) > 1 else ""
+                columns[f"{prefix}bpb@{r['context_length']}"] = float(r["bpb"])
+        return columns
+    raise ConfigError("the scoring step's output is not `alilama eval --json` output")
+
+
+def read_score(run: str | Path, args: list[str]) -> dict[str, float] | None:
+    """The columns the scoring step wrote for ``run`` with these ``args``; ``None`` when it has not run so."""
+    path = Path(run) / SCORE_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("args") != list(args) or not isinstance(data.get("columns"), dict):
+        return None
+    return {str(k): float(v) for k, v in data["columns"].items()}
+
+
+def write_score(run: str | Path, args: list[str], columns: dict[str, float]) -> None:
+    atomic_write_text(Path(run) / SCORE_FILE, json.dumps({"args": list(args), "columns": columns}, indent=1) + "\n")
 
 
 def last_value(rows: list[dict], metric: str) -> tuple[float | None, int | None]:
@@ -280,14 +429,32 @@ def ranked(plan: Plan) -> list[Trial]:
 
 def table_rows(plan: Plan) -> tuple[list[str], list[list[str]]]:
     """The results table: header and rows (rank, the metric, each swept field, step, status, trial folder)."""
-    header = ["rank", plan.metric or "metric", *plan.space, "step", "status", "trial"]
+    extra = score_names(plan)
+    header = ["rank", plan.metric or "metric", *plan.space, *extra, "step", "status", "trial"]
     rows = []
     for rank, t in enumerate(ranked(plan), 1):
         value = "" if t.metric is None else f"{t.metric:.4f}"
+        scores = [f"{t.scores[k]:.4f}" if k in t.scores else "" for k in extra]
         rows.append(
-            [str(rank), value, *(t.overrides.get(k, "") for k in plan.space), str(t.step or ""), t.status, t.name]
+            [
+                str(rank),
+                value,
+                *(t.overrides.get(k, "") for k in plan.space),
+                *scores,
+                str(t.step or ""),
+                t.status,
+                t.name,
+            ]
         )
     return header, rows
+
+
+def score_names(plan: Plan) -> list[str]:
+    """The scoring step's columns other than the ranking metric, in the order the trials have them."""
+    names: dict[str, None] = {}
+    for t in plan.trials:
+        names.update(dict.fromkeys(k for k in t.scores if k != plan.metric))
+    return list(names)
 
 
 def table_csv(plan: Plan) -> str:
@@ -313,13 +480,22 @@ def is_seed(field_name: str) -> bool:
     return field_name.rsplit(".", 1)[-1] == "seed"
 
 
+def field_values(plan: Plan, swept: str) -> list[str]:
+    """The values of a swept field to plot: its list, or for a range the values its trials drew, in order."""
+    if not is_range(plan.space[swept]):
+        return list(plan.space[swept])
+    return sorted({t.overrides[swept] for t in plan.trials if swept in t.overrides}, key=float)
+
+
 def series(plan: Plan, swept: str) -> dict[tuple, dict[str, list[float]]]:
-    """For one swept field: per combination of the other non-seed fields, its value -> the metrics over seeds."""
-    others = [k for k in plan.space if k != swept and not is_seed(k)]
+    """For one swept field: per combination of the other non-seed fields, its value -> the metrics over seeds.
+    (The other fields that are ranges are left out of the key: their values rarely repeat.)"""
+    others = [k for k in plan.space if k != swept and not is_seed(k) and not is_range(plan.space[k])]
+    values = field_values(plan, swept)
     out: dict[tuple, dict[str, list[float]]] = {}
     for t in plan.trials:
-        if t.metric is None:
+        if t.metric is None or math.isnan(t.metric):
             continue
         key = tuple(f"{k.rsplit('.', 1)[-1]}={t.overrides[k]}" for k in others)
-        out.setdefault(key, {v: [] for v in plan.space[swept]})[t.overrides[swept]].append(t.metric)
+        out.setdefault(key, {v: [] for v in values})[t.overrides[swept]].append(t.metric)
     return out

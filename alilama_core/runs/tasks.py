@@ -1,10 +1,10 @@
 """Algorithmic tasks as training data: symbol tokens, an endless example stream, and exact-match scoring.
 
-A ``Task`` (see ``alilama_core.interfaces``) generates ``(prompt, answer)``
+A ``Task`` (see ``alilama_core.contracts.task``) generates ``(prompt, answer)``
 pairs; this module turns them into token batches with a loss mask, and scores
 a model on fixed, seeded test sets::
 
-    >>> from alilama_core.tasks import get_task, TaskStream, collate
+    >>> from alilama_core.runs.tasks import get_task, TaskStream, collate
     >>> task = get_task("reverse")
     >>> stream = TaskStream(task, (1, 8), seed=0)
     >>> x, y = collate(stream.draw(4))   # (4, T) inputs, (4, T) targets, -100 where unscored
@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from alilama_core.contracts.errors import ConfigError
-from alilama_core.contracts.limits import describe, limit
+from alilama_core.base.errors import ConfigError
+from alilama_core.base.limits import describe, limit
 from alilama_core.contracts.task import (
     EOS,
     IGNORE,
@@ -44,11 +44,7 @@ from alilama_core.contracts.task import (
     parse_lengths,
 )
 from alilama_core.engine.registry import get_registry
-from alilama_core.runs.checkpoint import load_run
 from alilama_core.runs.tokenizers import save_tokenizer, tokenizer_hash
-
-# -- the symbol tokenizer ----------------------------------------------------------
-
 
 # -- tasks by name and lengths ----------------------------------------------------------
 
@@ -262,29 +258,6 @@ def run_task(run: str | os.PathLike[str], config, task: str | None = None):
     return tcfg
 
 
-def evaluate_task_run(
-    run: str | os.PathLike[str],
-    lengths: Sequence[int],
-    task: str | None = None,
-    examples: int = 256,
-    seed: int | None = None,
-    checkpoint: str | None = None,
-    attention: str | None = None,
-    force_attention: bool = False,
-    verify: bool = True,
-):
-    """Load a task run and score it at ``lengths``; returns ``(task, rows)``.
-
-    ``attention``, ``force_attention`` and ``verify`` as in ``load_run``.
-    """
-
-    loaded = load_run(run, checkpoint=checkpoint, attention=attention, force_attention=force_attention, verify=verify)
-    tcfg = run_task(run, loaded.config, task)
-    built = get_task(tcfg.name, tcfg.options)
-    rows = evaluate_task(loaded.model, built, lengths, examples, tcfg.seed if seed is None else seed)
-    return built, rows
-
-
 # -- what a trainer needs ---------------------------------------------------------------------
 
 
@@ -382,6 +355,3 @@ class TaskData:
             "val_exact": exact / len(self.val),
             "val_token_accuracy": right / total,
         }
-
-
-# -- conformance ---------------------------------------------------------------------------------

@@ -9,9 +9,9 @@ from os import PathLike
 from pathlib import Path
 from typing import Any
 
-from alilama_core.contracts.errors import TokenizerError, UnknownPluginError
-from alilama_core.contracts.files import atomic_write_text
-from alilama_core.contracts.limits import loads_json
+from alilama_core.base.errors import TokenizerError, UnknownPluginError
+from alilama_core.base.files import atomic_write_text
+from alilama_core.base.limits import loads_json
 from alilama_core.contracts.tokenizer import KIND_FILE, Tokenizer
 from alilama_core.engine.registry import get_registry, get_tokenizer
 

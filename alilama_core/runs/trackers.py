@@ -14,7 +14,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from alilama_core.contracts.errors import AlilamaWarning
+from alilama_core.base.errors import AlilamaWarning
 from alilama_core.contracts.logger import Logger, RunStart, calls_of
 from alilama_core.engine import configs as cfgmod
 from alilama_core.engine.validate import check_loggers

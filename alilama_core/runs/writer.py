@@ -18,8 +18,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from alilama_core.contracts.errors import CheckpointError, ConfigError, DataError, OutputError
-from alilama_core.contracts.files import atomic_write_text, disk_full_guard, exclusive_lock, make_temp_folder
+from alilama_core.base.errors import CheckpointError, ConfigError, DataError, OutputError
+from alilama_core.base.files import atomic_write_text, disk_full_guard, exclusive_lock, make_temp_folder
 from alilama_core.contracts.logger import split_row
 from alilama_core.engine import configs as cfgmod
 from alilama_core.runs.checkpoint import (

@@ -29,7 +29,7 @@ DIMENSION_LIMITS = {
     "d_mlp": 1 << 18,
     "context_length": 1 << 20,
 }
-"""Largest value of each dimension (Alilama's own ``alilama_core.contracts.limits``, repeated: this file runs without it)."""
+"""Largest value of each dimension (Alilama's own ``alilama_core.base.limits``, repeated: this file runs without it)."""
 
 
 def _check_dimensions(untied_head: bool = False, **dims: int) -> None:

@@ -152,8 +152,8 @@ def _installed_scheme_class(config: AlilamaConfig) -> type:
     """The standalone class of an installed plugin scheme (the module the export would copy)."""
     import importlib
 
-    export = importlib.import_module("alilama_hf.export")  # by name: remote code never reaches this
-    errors = importlib.import_module("alilama_core.contracts.errors")
+    export = importlib.import_module("alilama_hf.schemes")  # by name: remote code never reaches this
+    errors = importlib.import_module("alilama_core.base.errors")
     try:
         name, cls_name, _ = export.plugin_module(config.positional)
     except errors.AlilamaError as exc:

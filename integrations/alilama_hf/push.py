@@ -1,6 +1,6 @@
-"""Upload a run to the Hugging Face Hub (``alilama push RUN --repo USER/NAME``).
+"""Upload a run to the Hugging Face Hub (``alilama push RUN --repo USER/NAME``), and the Hub's id rules.
 
-Exports to a temporary folder, then ``create_repo`` + ``upload_folder`` with the
+Exports to a temporary folder with the ``hf`` exporter (``alilama_core.runs.exports``), then ``create_repo`` + ``upload_folder`` with the
 user's usual token (``HF_TOKEN`` or the one ``hf auth login`` saved). Before any
 work it checks, quickly, that a token exists and that the Hub answers, and
 fails with a message that says which is missing.
@@ -12,9 +12,39 @@ import os
 import tempfile
 from pathlib import Path
 
-from alilama_core.contracts.errors import AlilamaError
+from alilama_core.base.errors import AlilamaError
 
 CHECK_TIMEOUT_S = 5.0
+
+
+def check_repo_id(repo_id: str, option: str = "--repo-id") -> str:
+    """``repo_id`` if it is a valid Hub model id ``USER/NAME``; else an ``AlilamaError`` saying why."""
+    _check_hub_id(repo_id, option, "USER/NAME, e.g. me/tiny-stories", namespace=True)
+    return repo_id
+
+
+def check_dataset_id(dataset: str, option: str = "--dataset") -> str:
+    """``dataset`` if it is a valid Hub dataset id (``OWNER/NAME`` or a plain ``NAME``)."""
+    _check_hub_id(dataset, option, "OWNER/NAME or NAME, e.g. roneneldan/TinyStories", namespace=False)
+    return dataset
+
+
+def _check_hub_id(value: str, option: str, form: str, namespace: bool) -> None:
+    """The Hub's own rules (``huggingface_hub.utils.validate_repo_id``): an id lands in a card's Markdown,
+    its YAML front matter and its Python usage snippet."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    if not isinstance(value, str) or not value:
+        raise AlilamaError(f"{option} must be a Hugging Face Hub id ({form}), got {value!r}")
+    try:
+        validate_repo_id(value)
+    except HFValidationError as exc:
+        text = " ".join(str(exc).split())
+        first = text.split(": '")[0].rstrip(".") if text else type(exc).__name__
+        raise AlilamaError(f"{option} {value!r} is not a valid Hugging Face Hub id ({form}): {first}") from None
+    if namespace and value.count("/") != 1:
+        raise AlilamaError(f"{option} {value!r} is not a valid Hugging Face Hub id: give it as {form}")
 
 
 class HubError(AlilamaError):
@@ -67,12 +97,10 @@ def push(
 ) -> str:
     """Export ``run`` and upload it to ``repo_id`` (created if needed); returns the commit URL.
 
-    ``on_step(text)``: called after each of the export's steps and before the upload.
+    ``on_step(text)``: called after each of the export's steps (``export_steps``) and before the upload.
     """
     if repo_id.count("/") != 1 or not all(repo_id.split("/")):
         raise HubError(f"--repo must look like USER/NAME, got {repo_id!r}")
-    from alilama_hf.card_text import check_dataset_id, check_repo_id
-
     check_repo_id(repo_id, "--repo")  # the Hub's own rules, before the token and the network are tried
     for dataset in datasets or []:
         check_dataset_id(dataset)
@@ -81,20 +109,21 @@ def push(
     from huggingface_hub import create_branch, create_repo, upload_folder
     from huggingface_hub.errors import HfHubHTTPError
 
+    from alilama_core.runs.exports import export
     from alilama_core.runs.outputs import MARKER
-    from alilama_hf.export import export
 
     with tempfile.TemporaryDirectory(prefix="alilama-push-") as tmp:
         folder = export(
+            "hf",
             run,
             Path(tmp) / "model",
             checkpoint=checkpoint,
+            on_step=on_step,
             repo_id=repo_id,
             license=license,
-            datasets=datasets,
+            datasets=list(datasets or []),
             format=format,
-            on_step=on_step,
-        )
+        ).out
         if on_step is not None:
             on_step(f"uploading to https://huggingface.co/{repo_id}")
         try:

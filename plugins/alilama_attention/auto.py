@@ -31,7 +31,7 @@ from alilama_core.contracts.attention import (
     attention_backend,
     shape_class,
 )
-from alilama_core.contracts.errors import PluginUnavailableError
+from alilama_core.base.errors import PluginUnavailableError
 from alilama_core.contracts.positional import PositionalScheme
 
 _choices: dict[tuple, AttentionBackend] = {}

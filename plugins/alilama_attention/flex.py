@@ -24,7 +24,7 @@ from torch import Tensor
 
 from alilama_attention.masks import attention_bias
 from alilama_core.contracts.attention import AttentionBackend, AttentionBias, AttentionCase
-from alilama_core.contracts.errors import PluginUnavailableError
+from alilama_core.base.errors import PluginUnavailableError
 from alilama_core.contracts.positional import PositionalScheme
 
 _block_masks: dict[tuple, object] = {}

@@ -22,7 +22,7 @@ if native is not None:
     if getattr(native, "unicode_source", None) != f"regex {regex.__version__}":
         import warnings
 
-        from alilama_core.contracts.errors import AlilamaWarning
+        from alilama_core.base.errors import AlilamaWarning
 
         warnings.warn(
             f"the native tokenizer's Unicode tables come from {getattr(native, 'unicode_source', 'an older build')}, "
@@ -40,7 +40,7 @@ def resolve(backend: str | None) -> str:
     if backend not in ("native", "python"):
         raise ValueError(f"backend must be 'native' or 'python', not {backend!r}")
     if backend == "native" and native is None:
-        from alilama_core.contracts.errors import TokenizerError
+        from alilama_core.base.errors import TokenizerError
 
         raise TokenizerError(f"the native BPE backend is unavailable: {IMPORT_ERROR}")
     return backend

@@ -11,21 +11,18 @@ The minbpe v1 ``.model`` format, line by line::
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import json
 import os
 import shutil
-import sys
-import tempfile
 import unicodedata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from alilama_bpe import reference
-from alilama_core.contracts.errors import TokenizerError
-from alilama_core.contracts.files import atomic_write_text
-from alilama_core.contracts.limits import loads_json
+from alilama_core.base.errors import TokenizerError
+from alilama_core.base.files import atomic_write_text, make_temp_folder, replace_folder
+from alilama_core.base.limits import loads_json
 
 if TYPE_CHECKING:
     from alilama_bpe.tokenizer import BPETokenizer
@@ -125,8 +122,8 @@ def save(tok: "BPETokenizer", directory: Path) -> None:
     holds other files too, the files are replaced one by one, the config last:
     its hash of ``tokenizer.model`` makes a half-replaced folder fail to load.
     """
-    from alilama_core.contracts.errors import FolderBusyError
-    from alilama_core.contracts.files import exclusive_lock
+    from alilama_core.base.errors import FolderBusyError
+    from alilama_core.base.files import exclusive_lock
 
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
@@ -149,47 +146,18 @@ def save(tok: "BPETokenizer", directory: Path) -> None:
 
 
 def _write_folder(directory: Path, files: dict[str, str]) -> None:
-    tmp = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.", suffix=".tmp"))
+    tmp = make_temp_folder(directory.parent, prefix=f".{directory.name}.")
     try:
         for name, text in files.items():
             atomic_write_text(tmp / name, text)
-        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700 folders
-        if not directory.exists():
-            os.replace(tmp, directory)
-            return
-        if {p.name for p in directory.iterdir()} <= set(files) | set(HF_FILES):
-            if _exchange(tmp, directory):  # one atomic step: tmp now holds the old folder
-                return
-            old = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.", suffix=".old"))
-            try:
-                os.replace(directory, old / directory.name)
-                os.replace(tmp, directory)
-            finally:
-                shutil.rmtree(old, ignore_errors=True)
+        if not directory.exists() or {p.name for p in directory.iterdir()} <= set(files) | set(HF_FILES):
+            replace_folder(tmp, directory)
             return
         for name in files:  # the config last
             os.replace(tmp / name, directory / name)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap two paths atomically (Linux ``renameat2(RENAME_EXCHANGE)``); False where unsupported."""
-    if sys.platform != "linux":
-        return False
-    try:
-        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError):
-        return False
-    at_fdcwd, rename_exchange = -100, 2
-    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def model_path(path: Path) -> Path:

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from alilama_bpe import patterns
 from alilama_bpe.tokenizer import BPETokenizer
-from alilama_core.contracts.errors import TokenizerError
+from alilama_core.base.errors import TokenizerError
 
 ENDOFTEXT = "<|endoftext|>"
 FIM = {"<|fim_prefix|>": 100258, "<|fim_middle|>": 100259, "<|fim_suffix|>": 100260}

@@ -305,7 +305,7 @@ def check_merges(merges: Sequence[tuple[int, int]]) -> None:
 
     Only lengths are computed, so refusing costs no memory.
     """
-    from alilama_core.contracts.errors import TokenizerError
+    from alilama_core.base.errors import TokenizerError
 
     length = [1] * 256
     total = 256

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from alilama_bpe import _backend, patterns, reference
 from alilama_bpe.reference import GPT4_SPLIT_PATTERN
-from alilama_core.contracts.errors import AlilamaWarning, TokenizerError
+from alilama_core.base.errors import AlilamaWarning, TokenizerError
 from alilama_core.contracts.tokenizer import MAX_VOCAB_SIZE, AllowedSpecial, ProgressCallback, Tokenizer
 
 if TYPE_CHECKING:

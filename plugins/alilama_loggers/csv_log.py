@@ -15,7 +15,7 @@ import csv
 from pathlib import Path
 from typing import Any, ClassVar
 
-from alilama_core.contracts.files import atomic_write_text
+from alilama_core.base.files import atomic_write_text
 from alilama_core.contracts.logger import Logger, RunStart
 from alilama_loggers.common import describe_end, dir_state, log_dir, run_params
 

@@ -17,6 +17,8 @@ __all__ = ["ALiBi", "alibi_slopes"]
 
 
 class ALiBi(standalone_alibi.ALiBi, PositionalScheme):
+    export_targets = {"gguf": "mpt", "hf": "mpt"}  # MPT's ALiBi (max_alibi_bias 8) in llama.cpp and transformers
+
     def __init__(self, config) -> None:
         PositionalScheme.__init__(self, config)
         self.build()

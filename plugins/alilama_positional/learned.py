@@ -14,6 +14,8 @@ from alilama_positional import standalone_learned
 
 
 class LearnedPositions(standalone_learned.LearnedPositions, PositionalScheme):
+    export_targets = {"gguf": "gpt2", "hf": "gpt2"}  # GPT-2's position table
+
     def __init__(self, config) -> None:
         PositionalScheme.__init__(self, config)
         self.build(config)

@@ -10,6 +10,8 @@ from alilama_positional import standalone_nope
 
 
 class NoPositions(standalone_nope.NoPositions, PositionalScheme):
+    export_targets = {"gguf": "mpt"}  # llama.cpp's mpt with max_alibi_bias 0; transformers has none
+
     def __init__(self, config) -> None:
         PositionalScheme.__init__(self, config)
 

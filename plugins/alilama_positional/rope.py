@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from alilama_core.contracts.errors import ConfigError
+from alilama_core.base.errors import ConfigError
 from alilama_core.contracts.positional import PositionalScheme
 from alilama_positional import standalone_rope
 
 
 class RoPE(standalone_rope.RoPE, PositionalScheme):
+    export_targets = {"gguf": "gptneox", "hf": "gpt_neox"}  # GPT-NeoX's half rotation on every dim
+
     @classmethod
     def check_options(cls, options, name: str = ""):
         """``defaults`` with ``options`` applied; ``theta`` must be a finite number above 1."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from alilama_core.contracts.errors import ConfigError
+from alilama_core.base.errors import ConfigError
 from alilama_core.contracts.task import Task
 
 ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"

@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from alilama_core.contracts.config import Config, estimate_parameters
-from alilama_core.contracts.errors import AlilamaError, ConfigError
+from alilama_core.base.errors import AlilamaError, ConfigError
 from alilama_core.contracts.optimizer import set_lr
 from alilama_core.contracts.trainer import SETTING_NAMES, Trainer
 from alilama_core.engine.model import GPT, build_model

@@ -7,7 +7,7 @@ import torch
 from alilama_testing import tiny_config
 
 from alilama_core import build_model
-from alilama_core.contracts.errors import ConfigError
+from alilama_core.base.errors import ConfigError
 from alilama_core.engine.batching import ContinuousBatch
 from alilama_core.engine.generation import SamplingSettings, generate
 

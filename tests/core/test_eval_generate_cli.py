@@ -149,3 +149,30 @@ def test_eval_names_the_run_and_prints_progress_lines(ws):
         assert "eval 1/2: corpus.txt at context 16" in result.stderr
         assert "eval 2/2: corpus.txt at context 32" in result.stderr
         assert result.stdout.lstrip().startswith("[")  # --json stays clean on stdout
+
+
+def test_decode_compiled_is_built_once_kept_in_the_run_and_gives_the_eager_text(ws, tmp_path):
+    """`--decode compiled` builds the run's compiled step (RUN/compiled/); `auto` then finds it, and greedy text
+    is the eager path's. A wrong choice is refused by name."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(ws / "run", run)
+
+    def greedy(*args: str):
+        result = cli("generate", str(run), "--prompt", "Once", "-n", "12", "-t", "0", "--device", "cpu", *args)
+        passed(result)
+        return result
+
+    eager = greedy("--decode", "eager")
+    assert "decode: eager (decode='eager')" in eager.stderr
+    before = greedy()  # auto, nothing built yet: eager, and how to build it
+    assert "`--decode compiled` builds" in before.stderr and before.stdout == eager.stdout
+    built = greedy("--decode", "compiled")
+    assert "compiled step ready" in built.stderr and "decode: compiled" in built.stderr
+    assert [p.suffix for p in (run / "compiled").iterdir()] == [".pt2"]
+    after = greedy()
+    assert "decode: compiled" in after.stderr and "ready" not in after.stderr  # loaded, not built again
+    assert built.stdout == after.stdout == eager.stdout
+    wrong = cli("generate", str(run), "--prompt", "Once", "--decode", "fast")
+    assert wrong.exit_code == 1 and "--decode" in wrong.output and "fast" in wrong.output

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from alilama_core.contracts.errors import FolderBusyError, OutputError
-from alilama_core.contracts.files import (
+from alilama_core.base.errors import FolderBusyError, OutputError
+from alilama_core.base.files import (
     _umask,
     atomic_open,
     atomic_write_text,
@@ -20,6 +20,7 @@ from alilama_core.contracts.files import (
     file_mode,
     folder_mode,
     make_temp_folder,
+    replace_folder,
 )
 
 posix = pytest.mark.skipif(os.name != "posix", reason="POSIX modes and flock")
@@ -74,12 +75,42 @@ def test_temp_folders_get_the_usual_mode(tmp_path, umask022):
     assert _mode(folder) == 0o755
 
 
+@pytest.mark.parametrize("exchange", [True, False], ids=["renameat2", "two-renames"])
+def test_replace_folder_swaps_a_finished_folder_in_whole(tmp_path, monkeypatch, exchange):
+    import alilama_core.base.files as files
+
+    if not exchange:
+        monkeypatch.setattr(files, "_exchange", lambda a, b: False)
+    out = tmp_path / "out"
+    first = make_temp_folder(tmp_path, prefix=".out.")
+    (first / "a.txt").write_text("old")
+    replace_folder(first, out)  # no folder there yet
+    second = make_temp_folder(tmp_path, prefix=".out.")
+    (second / "b.txt").write_text("new")
+    replace_folder(second, out)
+    assert sorted(p.name for p in out.iterdir()) == ["b.txt"]
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]  # the old folder and the temporaries are gone
+
+
+def test_replace_folder_puts_the_old_folder_back_when_the_swap_fails(tmp_path, monkeypatch):
+    import alilama_core.base.files as files
+
+    monkeypatch.setattr(files, "_exchange", lambda a, b: False)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "a.txt").write_text("old")
+    with pytest.raises(FileNotFoundError):
+        replace_folder(tmp_path / "missing", out)
+    assert (out / "a.txt").read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
 def test_lock_files_are_gone_after_the_block(tmp_path):
     out = tmp_path / "run"
     with exclusive_lock(out, "run") as held:
         assert held == out
         if os.name == "posix":
-            assert (tmp_path / ".run.lock").read_text().strip() == str(os.getpid())
+            assert (tmp_path / ".run.lock.pid").read_text().strip() == str(os.getpid())
     if os.name == "posix":
         assert sorted(p.name for p in tmp_path.iterdir()) == []
     with exclusive_lock(out, "run"):  # and the lock can be taken again
@@ -109,7 +140,7 @@ def test_a_parent_that_is_a_file_is_an_output_error(tmp_path):
 
 _HOLD = """
 import sys
-from alilama_core.contracts.files import exclusive_lock
+from alilama_core.base.files import exclusive_lock
 with exclusive_lock(sys.argv[1], what="run"):
     print("locked", flush=True)
     sys.stdin.readline()
@@ -138,8 +169,8 @@ def test_another_process_is_refused_with_the_holders_pid(tmp_path):
 _CONTEND = textwrap.dedent(
     """
     import os, sys
-    from alilama_core.contracts.errors import FolderBusyError
-    from alilama_core.contracts.files import exclusive_lock
+    from alilama_core.base.errors import FolderBusyError
+    from alilama_core.base.files import exclusive_lock
     out, marker, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
     held = 0
     while held < rounds:
@@ -203,14 +234,14 @@ def learned_run(tmp_path_factory) -> Path:
 
 
 def _export_hf(run: Path, out: Path, format: str = "auto") -> None:
-    from alilama_hf.export import export
+    from alilama_exporters.hf_folder import export
 
     export(run, out, format=format)
 
 
 def _export_gguf(run: Path, out: Path) -> None:
     pytest.importorskip("gguf")
-    from alilama_hf.gguf_file import export_gguf
+    from alilama_exporters.gguf_file import export_gguf
 
     out.mkdir()
     export_gguf(run, out / "model.gguf", modelfile=True)
@@ -219,7 +250,7 @@ def _export_gguf(run: Path, out: Path) -> None:
 def _export_onnx(run: Path, out: Path) -> None:
     if not READERS.exists():
         pytest.skip(f"export onnx runs optimum in {READERS} (make readers builds it)")
-    from alilama_hf.onnx_export import export_onnx
+    from alilama_exporters.onnx_export import export_onnx
 
     export_onnx(run, out, python=str(READERS))
 

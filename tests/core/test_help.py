@@ -57,12 +57,19 @@ def test_model_info_help_lists_the_fields_too():
     assert "model.n_layers = 8" in out and "train.max_steps = 2000" in out
 
 
+def _subcommands(command) -> dict:
+    """A group's sub-commands as click lists them (a group may build them when asked: `export`'s formats)."""
+    if not hasattr(command, "list_commands"):
+        return {}
+    ctx = command.context_class(command)
+    return {name: command.get_command(ctx, name) for name in command.list_commands(ctx)}
+
+
 def _walk(command, path: tuple[str, ...] = ()):
     """Every command and group under ``command`` (typer vendors its own click: duck-typed)."""
     yield path, command
-    if isinstance(getattr(command, "commands", None), dict):
-        for name, sub in command.commands.items():
-            yield from _walk(sub, (*path, name))
+    for name, sub in _subcommands(command).items():
+        yield from _walk(sub, (*path, name))
 
 
 def _options_without_help() -> list[str]:
@@ -141,10 +148,10 @@ def _parse(root, line: str) -> str | None:
             words = words[:i]
             break
     command, names = root, []
-    while isinstance(getattr(command, "commands", None), dict) and words and words[0] in command.commands:
+    while hasattr(command, "list_commands") and words and words[0] in _subcommands(command):
         names.append(words[0])
-        command = command.commands[words.pop(0)]
-    if isinstance(getattr(command, "commands", None), dict):
+        command = _subcommands(command)[words.pop(0)]
+    if hasattr(command, "list_commands"):
         return f"names no command: {' '.join(names) or 'alilama'} has no sub-command {words[:1]}"
     try:
         ctx = command.make_context(" ".join(["alilama", *names]), words, resilient_parsing=False)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from alilama_core.contracts.errors import ConfigError, UnknownPluginError
+from alilama_core.base.errors import ConfigError, UnknownPluginError
 from alilama_core.contracts.optimizer import OptimizerFactory
 from alilama_core.engine import configs as cfgmod
 from alilama_core.engine.registry import get_registry, get_trainer

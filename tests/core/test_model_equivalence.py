@@ -232,7 +232,7 @@ def test_untied_head_is_its_own_weight_and_counted():
 
 @pytest.mark.parametrize("bad, phrase", [("swish", "model.activation must be one of gelu, relu2"), ("", "gelu")])
 def test_an_unknown_activation_is_refused_by_name(bad, phrase):
-    from alilama_core.contracts.errors import ConfigError
+    from alilama_core.base.errors import ConfigError
 
     with pytest.raises(ConfigError, match=phrase):
         build_model(tiny_config(activation=bad))

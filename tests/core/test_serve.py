@@ -192,7 +192,7 @@ def test_serve_refuses_bad_options(run):
 
 
 def test_default_chat_template_is_plain_text():
-    from alilama_core.app.serve import chat_prompt
+    from alilama_core.engine.chat import chat_prompt
 
     messages = [
         {"role": "system", "content": "Be kind."},
@@ -235,8 +235,8 @@ def test_the_hf_export_carries_the_same_chat_template(run, tmp_path):
     pytest.importorskip("transformers")
     from transformers import AutoTokenizer
 
-    from alilama_core.app.serve import chat_prompt
-    from alilama_hf.export import export
+    from alilama_core.engine.chat import chat_prompt
+    from alilama_exporters.hf_folder import export
 
     messages = [
         {"role": "system", "content": "Tell stories."},
@@ -257,7 +257,7 @@ def test_the_hf_export_carries_the_same_chat_template(run, tmp_path):
 
 def test_alilama_chat_keeps_the_history_resets_and_streams_the_engines_text(run):
     """Outside a terminal: one reply line per turn, each the greedy continuation of the templated history."""
-    from alilama_core.app.serve import CHAT_STOPS, chat_prompt
+    from alilama_core.engine.chat import CHAT_STOPS, chat_prompt
     from alilama_core.engine.generation import SamplingSettings, generate
     from alilama_core.runs.checkpoint import load_run
 

@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from alilama_core.contracts.errors import ConfigError
+from alilama_core.base.errors import ConfigError
 from alilama_core.engine import configs as cfgmod
 from alilama_core.engine import threads
 

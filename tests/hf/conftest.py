@@ -97,7 +97,7 @@ def runs(tmp_path_factory, tokenizer) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def exports(tmp_path_factory, runs) -> dict[str, Path]:
     """Remote-code exports of the four built-in schemes."""
-    from alilama_hf.export import export
+    from alilama_exporters.hf_folder import export
 
     root = tmp_path_factory.mktemp("exports")
     return {
@@ -118,7 +118,7 @@ def native_runs(tmp_path_factory, tokenizer, runs) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def native_exports(tmp_path_factory, native_runs) -> dict[str, Path]:
     """Exports with the default format (auto): all three are transformers architectures."""
-    from alilama_hf.export import export
+    from alilama_exporters.hf_folder import export
 
     root = tmp_path_factory.mktemp("native-exports")
     return {name: export(run, root / name, repo_id=f"alilama-test/{name}") for name, run in native_runs.items()}
@@ -137,7 +137,7 @@ def plugin_run(tmp_path_factory, tokenizer) -> Path:
 
 @pytest.fixture(scope="session")
 def plugin_export(tmp_path_factory, plugin_run) -> Path:
-    from alilama_hf.export import export
+    from alilama_exporters.hf_folder import export
 
     return export(plugin_run, tmp_path_factory.mktemp("plugin-export") / "sinusoidal", repo_id="alilama-test/sin")
 
@@ -153,7 +153,7 @@ def kerple_run(tmp_path_factory, tokenizer) -> Path:
 
 @pytest.fixture(scope="session")
 def kerple_export(tmp_path_factory, kerple_run) -> Path:
-    from alilama_hf.export import export
+    from alilama_exporters.hf_folder import export
 
     return export(kerple_run, tmp_path_factory.mktemp("kerple-export") / "kerple", repo_id="alilama-test/kerple")
 

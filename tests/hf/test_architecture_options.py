@@ -24,7 +24,7 @@ from hf.test_gguf import F32_TOLERANCE, expected_files, in_llama_cpp
 from hf.test_reader_versions import TOLERANCE, read_with, readers_python
 
 from alilama_core.runs.checkpoint import load_run
-from alilama_hf.export import exported_format
+from alilama_exporters.hf_folder import exported_format
 
 NOBIAS = {k: v for k, v in NATIVE_SHAPES["alibi-nobias"].items() if k != "positional"}
 UNTIED = dict(tie_embeddings=False)
@@ -70,7 +70,7 @@ def option_runs(tmp_path_factory, tokenizer, make_run) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def option_exports(tmp_path_factory, option_runs) -> dict[str, Path]:
     """``export`` with the default format (auto) of every run."""
-    from alilama_hf.export import export
+    from alilama_exporters.hf_folder import export
 
     root = tmp_path_factory.mktemp("option-exports")
     return {name: export(run, root / name, repo_id=f"alilama-test/{name}") for name, run in option_runs.items()}
@@ -136,7 +136,9 @@ def test_a_folder_without_its_head_reads_as_another_model(name, option_exports, 
 
 def test_an_old_remote_code_config_without_the_settings_loads_as_before(exports, runs, tmp_path):
     """A config.json written before the settings existed: GELU, no QK-norm, tied head, same logits."""
-    import alilama_hf  # noqa: F401  (registers the Auto classes in-process)
+    import alilama_hf
+
+    alilama_hf.register_auto_classes()  # the Auto classes, in-process (no remote code)
     from transformers import AutoModelForCausalLM
 
     old = tmp_path / "old"
@@ -184,7 +186,7 @@ def test_transformers_relu2_is_alilamas_in_both_versions(tmp_path):
 
 
 def test_native_reason_names_what_the_architecture_lacks(option_runs):
-    from alilama_hf.native import native_reason
+    from alilama_exporters.native import native_reason
 
     def reason(name: str) -> str | None:
         return native_reason(load_run(option_runs[name]).config.model)
@@ -226,7 +228,7 @@ def test_native_format_refuses_them_by_name(option_runs, tmp_path):
 def test_llama_cpp_reads_an_untied_head(name, arch, option_runs, option_expected, tmp_path):
     import gguf
 
-    from alilama_hf.gguf_file import export_gguf
+    from alilama_exporters.gguf_file import export_gguf
 
     path = tmp_path / f"{name}.gguf"
     assert export_gguf(option_runs[name], path)["architecture"] == arch

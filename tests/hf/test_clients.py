@@ -41,7 +41,9 @@ NATIVE = {"native-mpt": "alibi-nobias", "native-gpt2": "learned", "native-gpt-ne
 def test_peft_lora_fine_tune_and_merge(which, exports, native_exports, tmp_path):
     pytest.importorskip("peft")
     pytest.importorskip("accelerate", reason="transformers' Trainer needs accelerate")
-    import alilama_hf  # noqa: F401
+    import alilama_hf
+
+    alilama_hf.register_auto_classes()  # the Auto classes, in-process (no remote code)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder = native_exports[NATIVE[which]] if which in NATIVE else exports["alibi"]
@@ -65,7 +67,9 @@ def test_peft_lora_fine_tune_and_merge(which, exports, native_exports, tmp_path)
 
 def test_peft_without_target_modules_says_to_name_them(exports):
     pytest.importorskip("peft")
-    import alilama_hf  # noqa: F401
+    import alilama_hf
+
+    alilama_hf.register_auto_classes()  # the Auto classes, in-process (no remote code)
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 

@@ -27,7 +27,7 @@ from alilama_core.runs.outputs import MARKER, foreign_entries, kind_of
 EXPORT = """
 import os, signal, sys, time
 from pathlib import Path
-import alilama_hf.export as export
+import alilama_exporters.hf_folder as export
 
 real = export.write_tokenizer
 
@@ -73,7 +73,9 @@ def temporaries(parent: Path) -> list[str]:
 
 
 def loads(out: Path) -> None:
-    import alilama_hf  # noqa: F401  (registers the classes where Alilama is installed)
+    import alilama_hf
+
+    alilama_hf.register_auto_classes()  # the Auto classes, in-process (no remote code)
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -181,7 +183,8 @@ def test_force_replaces_only_an_export_alilama_wrote(run, tmp_path):
 def test_export_outside_a_terminal_names_each_step(run, tmp_path):
     from alilama_testing import ok, run_cli
 
-    from alilama_hf.export import EXPORT_STEPS
+    from alilama_core.runs.exports import export_steps
+    from alilama_exporters.hf_folder import HFExporter
 
     def steps(*args: str) -> list[str]:
         result = run_cli("export", "hf", str(run), *args)
@@ -189,15 +192,15 @@ def test_export_outside_a_terminal_names_each_step(run, tmp_path):
         return [line for line in result.stderr.splitlines() if line.startswith("export ")]
 
     native = steps(str(tmp_path / "native"))
-    n = EXPORT_STEPS
+    n = export_steps(HFExporter)
     assert [line.split(":")[0] for line in native] == [f"export {i}/{n}" for i in range(1, n + 1)]
     assert native[0] == f"export 1/{n}: loaded {run} checkpoint final"
     assert native[1].startswith(f"export 2/{n}: format native: logits checked against Alilama's")
     assert native[2] == f"export 3/{n}: wrote the weights and config.json"
     assert native[3].startswith(f"export 4/{n}: converted the tokenizer: tokenizer.json")
-    assert native[4].startswith(f"export 5/{n}: read the folder back: transformers ")
-    assert "greedy text equal" in native[4]
-    assert native[5] == f"export 6/{n}: wrote the model card: README.md"
+    assert native[4] == f"export 5/{n}: wrote the model card: README.md"
+    assert native[5].startswith(f"export 6/{n}: read the folder back: transformers ")
+    assert "greedy text equal" in native[5]
     remote = steps(str(tmp_path / "remote"), "--format", "remote-code", "--no-progress")
     assert remote[1].startswith(f"export 2/{n}: format remote-code: remote code asked for")
     assert remote[2] == f"export 3/{n}: wrote the weights and config.json and the model code"

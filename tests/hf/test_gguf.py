@@ -21,8 +21,8 @@ import torch  # noqa: E402
 from alilama_testing import NO_ALILAMA, ok, run_cli  # noqa: E402
 
 from alilama_core.runs.checkpoint import load_run  # noqa: E402
-from alilama_hf.export import write_expected  # noqa: E402
-from alilama_hf.gguf_file import PROBE_FILE, TOLERANCE, export_gguf, llama_cpp_alibi_slopes  # noqa: E402
+from alilama_core.runs.exports import write_expected  # noqa: E402
+from alilama_exporters.gguf_file import PROBE_FILE, TOLERANCE, export_gguf, llama_cpp_alibi_slopes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 READERS = Path(os.environ.get("ALILAMA_READERS_PYTHON", ROOT / "build" / "envs" / "readers" / "bin" / "python"))
@@ -222,7 +222,7 @@ def test_cli_check_with_runs_it_in_llama_cpp(runs, tmp_path):
 BAD = [
     # (arguments after RUN, exit code, a phrase of the error, what must survive)
     (["{out}", "--dtype", "q4_k"], 1, "--dtype must be one of f32, f16, q8_0", "old"),
-    (["{out}"], 1, "exists; pass --force", "old"),
+    (["{out}"], 1, "exists; pass --overwrite", "old"),
     (["{dir}"], 1, "is a folder; give the path of the file to write", "old"),
     (["{out}", "--force", "--check-with", "/nonexistent/python"], 1, "could not run it", "old"),
     (["{out}", "--force", "--checkpoint", "step-99999999"], 1, "step-99999999", "old"),
@@ -277,7 +277,7 @@ def test_the_split_patterns_are_the_ones_their_tokenizers_use():
     from alilama_bpe.reference import GPT4_SPLIT_PATTERN
     from tokenizers.pre_tokenizers import ByteLevel
 
-    from alilama_hf.gguf_file import GPT2_SPLIT, GPT4_SPLIT
+    from alilama_exporters.gguf_file import GPT2_SPLIT, GPT4_SPLIT
 
     assert GPT4_SPLIT == GPT4_SPLIT_PATTERN
     byte_level = ByteLevel(add_prefix_space=False, use_regex=True)

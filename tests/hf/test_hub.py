@@ -205,7 +205,7 @@ def test_export_cli(tmp_path, runs, native_runs):
 
     again = runner.invoke(app, ["export", "hf", str(runs["rope"]), str(out)])
     message = " ".join(again.output.split())
-    assert again.exit_code == 1 and "already holds a Hugging Face export; pass --force to replace it" in message
+    assert again.exit_code == 1 and "already holds a Hugging Face export; pass --overwrite to replace it" in message
     forced = runner.invoke(
         app,
         ["export", "hf", str(runs["rope"]), str(out), "--force", "--format", "remote-code", "--license", "apache-2.0"],
@@ -275,13 +275,16 @@ def test_push_without_network_fails_fast_and_says_so(tmp_path, runs):
     assert seconds < 30
 
 
-def test_import_registers_the_auto_classes_once_transformers_is_imported(exports, tmp_path):
-    """``import alilama_hf`` stays light (the CLI imports it), yet the Auto classes work afterwards."""
+def test_import_is_light_and_register_auto_classes_registers_them(exports, tmp_path):
+    """``import alilama_hf`` stays light and installs no import hook; ``register_auto_classes()`` registers."""
     code = textwrap.dedent(
         f"""
         import sys
+        meta_path = list(sys.meta_path)
         import alilama_hf
         assert "transformers" not in sys.modules and "torch" not in sys.modules, "import alilama_hf must stay light"
+        assert sys.meta_path == meta_path, "import alilama_hf must install no import hook"
+        assert alilama_hf.register_auto_classes()
         from transformers import AutoModelForCausalLM
         model = AutoModelForCausalLM.from_pretrained({str(exports["nope"])!r})  # no trust_remote_code
         print(type(model).__module__)

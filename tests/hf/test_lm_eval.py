@@ -109,7 +109,7 @@ def evaluate(lm_eval: Path, model: str, model_args: str, tasks: Path, out: Path)
 
 
 def test_local_completions_against_alilama_serve_equals_hf_on_the_export(lm_eval, tmp_path):
-    from alilama_hf.export import export
+    from alilama_exporters.hf_folder import export
 
     run = story_run(tmp_path)
     folder = export(run, tmp_path / "export")

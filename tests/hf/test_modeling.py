@@ -16,7 +16,9 @@ PROMPT = "Once upon a time, Lily saw"
 
 
 def _hf(export_dir, attn="sdpa"):
-    import alilama_hf  # noqa: F401  (registers the Auto classes)
+    import alilama_hf
+
+    alilama_hf.register_auto_classes()  # the Auto classes, in-process (no remote code)
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(export_dir, attn_implementation=attn).eval()
@@ -155,7 +157,7 @@ def test_learned_positions_refuse_to_run_past_their_table(exports):
 
 
 def test_weight_names_round_trip(runs):
-    from alilama_hf.export import from_hf_state_dict, to_hf_state_dict
+    from alilama_exporters.hf_folder import from_hf_state_dict, to_hf_state_dict
 
     for positional in SCHEMES:
         state = load_run(runs[positional]).model.state_dict()
@@ -167,7 +169,9 @@ def test_weight_names_round_trip(runs):
 
 
 def test_auto_classes_load_without_remote_code(exports):
-    import alilama_hf  # noqa: F401
+    import alilama_hf
+
+    alilama_hf.register_auto_classes()  # the Auto classes, in-process (no remote code)
     from transformers import AutoConfig, AutoModel
 
     config = AutoConfig.from_pretrained(exports["rope"])
@@ -252,7 +256,7 @@ def test_model_card(exports, native_exports):
 def test_model_card_reads_the_prepared_data(runs, tmp_path):
     """Datasets and token counts come from the prepared data's meta.json, which RUN/run.json names."""
     import yaml
-    from alilama_hf.export import export
+    from alilama_exporters.hf_folder import export
 
     run = tmp_path / "story-run"
     shutil.copytree(runs["nope"], run)
@@ -313,7 +317,7 @@ def test_attention_implementations_on_cuda_agree_with_eager(make_run, tmp_path, 
         pytest.skip("needs a CUDA device")
     if attn == "flash_attention_2":
         pytest.importorskip("flash_attn", reason="flash-attn is not installed")
-    from alilama_hf.export import export
+    from alilama_exporters.hf_folder import export
 
     run = make_run(tmp_path, "alibi", tokenizer, metrics=False, d_model=64, n_heads=4, context_length=32)
     out = export(run, tmp_path / "out", format="remote-code")
@@ -331,7 +335,7 @@ def test_attention_implementations_on_cuda_agree_with_eager(make_run, tmp_path, 
 
 
 def test_the_essay_nobias_preset_maps_onto_mpt_and_the_essay_preset_does_not():
-    from alilama_hf.native import native_reason
+    from alilama_exporters.native import native_reason
 
     from alilama_core.engine.configs import preset
 

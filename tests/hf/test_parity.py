@@ -21,7 +21,9 @@ PROMPT = "Once upon a time, Lily saw"
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory, exports) -> dict:
     """``{"gpt2": folder, "alilama": folder}``: a random GPT-2 of the same size, with the same tokenizer."""
-    import alilama_hf  # noqa: F401  (registers the Auto classes)
+    import alilama_hf
+
+    alilama_hf.register_auto_classes()  # the Auto classes, in-process (no remote code)
     from transformers import GPT2Config, GPT2LMHeadModel
 
     alilama = exports["alibi"]

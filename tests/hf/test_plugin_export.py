@@ -60,8 +60,10 @@ def _run(make_run, tmp_path_factory, tokenizer, positional):
 
 
 def test_a_learnable_bias_scheme_round_trips(schemes, make_run, tmp_path_factory, tokenizer):
-    import alilama_hf  # noqa: F401
-    from alilama_hf.export import export
+    import alilama_hf
+
+    alilama_hf.register_auto_classes()  # the Auto classes, in-process (no remote code)
+    from alilama_exporters.hf_folder import export
     from transformers import AutoModelForCausalLM
 
     from alilama_core.runs.checkpoint import load_run
@@ -86,9 +88,9 @@ def test_a_learnable_bias_scheme_round_trips(schemes, make_run, tmp_path_factory
 
 
 def test_a_scheme_without_a_standalone_module_is_refused_clearly(schemes, make_run, tmp_path_factory, tokenizer):
-    from alilama_hf.export import export
+    from alilama_exporters.hf_folder import export
 
-    from alilama_core.contracts.errors import AlilamaError
+    from alilama_core.base.errors import AlilamaError
 
     run = _run(make_run, tmp_path_factory, tokenizer, "no-export-test")
     with pytest.raises(AlilamaError, match=r"no-export-test.*no standalone module.*export_source\(\)"):

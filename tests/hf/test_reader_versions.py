@@ -4,7 +4,7 @@ The reader environment for transformers 4.x (``build/envs/readers``: torch,
 transformers 4.57, optimum-onnx, onnxruntime; no Alilama) is built by ``make
 test``. The newest transformers is the one installed here, in a process whose
 first statement makes every ``alilama*`` module unimportable. Both run the
-export's own standalone check (``alilama_hf/probe_folder.py``): logits on two
+export's own standalone check (``alilama_exporters/probe_folder.py``): logits on two
 rows of random ids as long as the training context, greedy ids and text, and
 the tokenizer's ids, against Alilama's. ``alilama export onnx`` runs in the
 reader environment (optimum-onnx, onnxruntime), and its folder is read again by
@@ -25,7 +25,8 @@ import pytest
 import torch
 from alilama_testing import NO_ALILAMA
 
-from alilama_hf.export import PROBE_FILE, check_folder, write_expected
+from alilama_core.runs.exports import write_expected
+from alilama_exporters.hf_folder import PROBE_FILE, check_folder
 
 ROOT = Path(__file__).resolve().parents[2]
 READERS = Path(os.environ.get("ALILAMA_READERS_PYTHON", ROOT / "build" / "envs" / "readers" / "bin" / "python"))
@@ -117,7 +118,7 @@ def test_export_check_with_another_python_fails_on_a_wrong_reading(native_runs, 
     """``--check-with``: the export reads its folder back with another interpreter's transformers."""
     import shutil
 
-    from alilama_core.contracts.errors import AlilamaError
+    from alilama_core.base.errors import AlilamaError
     from alilama_core.runs.checkpoint import load_run
 
     python = str(readers_python())
@@ -139,7 +140,7 @@ def test_a_wrong_reading_of_remote_code_is_not_told_to_use_remote_code(runs, exp
     """The advice fits the format: a native export may fall back to remote code, a remote-code one may not."""
     import shutil
 
-    from alilama_core.contracts.errors import AlilamaError
+    from alilama_core.base.errors import AlilamaError
     from alilama_core.runs.checkpoint import load_run
 
     folder = tmp_path / "remote"
@@ -306,12 +307,12 @@ def test_export_onnx_mistakes(runs, native_runs, tmp_path):
     (theirs / "notes.txt").write_text("mine")
     taken = run_cli("export", "onnx", str(native_runs["rope"]), str(theirs), "--force", "--python", sys.executable)
     assert taken.returncode == 1 and (theirs / "notes.txt").read_text() == "mine"
-    assert "--force replaces only an ONNX export" in taken.stderr and "--overwrite" not in taken.stderr
+    assert "--overwrite replaces only an ONNX export" in taken.stderr  # the flag the command documents
     assert sorted(p.name for p in tmp_path.iterdir()) == ["theirs"]
 
 
 def test_optimum_refuses_the_remote_code_export(exports, expected, tmp_path):
-    from alilama_hf.onnx_export import SCRIPT
+    from alilama_exporters.onnx_export import SCRIPT
 
     proc = subprocess.run(
         [

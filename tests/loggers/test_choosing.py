@@ -12,7 +12,7 @@ import pytest
 from alilama_testing import TINY_TRAIN, losses, ok, run_cli
 from loggers.readers import metrics_rows
 
-from alilama_core.contracts.errors import AlilamaWarning, ConfigError, PluginUnavailableError, UnknownPluginError
+from alilama_core.base.errors import AlilamaWarning, ConfigError, PluginUnavailableError, UnknownPluginError
 from alilama_core.contracts.logger import Logger
 from alilama_core.engine import configs as cfgmod
 from alilama_core.engine.validate import check_config

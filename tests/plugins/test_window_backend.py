@@ -20,7 +20,7 @@ import torch
 from alilama_testing import needs_test_plugins, ok
 from alilama_testing import run_cli as cli
 
-from alilama_core.contracts.errors import AlilamaWarning, ConfigError, UnsupportedError
+from alilama_core.base.errors import AlilamaWarning, ConfigError, UnsupportedError
 from alilama_core.engine.validate import check_model
 
 pytestmark = needs_test_plugins("alilama-window")

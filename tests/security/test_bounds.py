@@ -1,4 +1,4 @@
-"""Every input has a bound, checked before work starts (``alilama_core.contracts.limits``).
+"""Every input has a bound, checked before work starts (``alilama_core.base.limits``).
 
 Each crafted input runs in a fresh interpreter, after torch, the CLI and the
 plugins are imported: the call itself must be refused in under a second of CPU
@@ -326,7 +326,7 @@ def test_a_safetensors_header_is_checked_against_the_file(work, tmp_path, header
 
 
 def test_a_sound_safetensors_file_passes_the_header_check(work):
-    from alilama_core.contracts.limits import safetensors_problem
+    from alilama_core.base.limits import safetensors_problem
 
     assert safetensors_problem(work / "run" / "final" / "model.safetensors") is None
 
@@ -359,7 +359,7 @@ def test_a_run_whose_config_yaml_claims_a_billion_layers_is_refused(work, tmp_pa
 
 
 def test_an_exported_config_json_with_a_billion_layers_is_refused(work, tmp_path):
-    from alilama_hf.export import export
+    from alilama_exporters.hf_folder import export
 
     out = export(work / "run", tmp_path / "export", format="remote-code")
     config = json.loads((out / "config.json").read_text())
@@ -377,7 +377,7 @@ def test_an_exported_config_json_with_a_billion_layers_is_refused(work, tmp_path
 def test_the_remote_code_config_repeats_alilamas_limits():
     from alilama_hf.configuration_alilama import DIMENSION_LIMITS
 
-    from alilama_core.contracts.limits import DEFAULTS, MODEL_FIELDS
+    from alilama_core.base.limits import DEFAULTS, MODEL_FIELDS
 
     assert DIMENSION_LIMITS == {name: DEFAULTS[key] for name, key in MODEL_FIELDS.items()}
 
@@ -399,7 +399,7 @@ def test_deeply_nested_tokenizer_json_is_refused(work, tmp_path, file, run):
 
 
 def test_brackets_inside_strings_do_not_count_as_nesting():
-    from alilama_core.contracts.limits import json_depth
+    from alilama_core.base.limits import json_depth
 
     assert json_depth('{"a": "[[[[[[", "b": [["\\"]]]]"]]}') == 3
     assert json_depth("[" * 500 + "]" * 500, stop=100) == 101
@@ -409,7 +409,7 @@ def test_brackets_inside_strings_do_not_count_as_nesting():
 
 
 def test_a_limit_is_raised_through_its_environment_variable(monkeypatch):
-    from alilama_core.contracts.errors import ConfigError
+    from alilama_core.base.errors import ConfigError
     from alilama_core.contracts.task import parse_lengths
 
     with pytest.raises(ConfigError, match="ALILAMA_MAX_TASK_LENGTH"):
@@ -422,7 +422,7 @@ def test_a_limit_is_raised_through_its_environment_variable(monkeypatch):
 
 
 def test_every_limit_is_documented():
-    from alilama_core.contracts.limits import DEFAULTS
+    from alilama_core.base.limits import DEFAULTS
 
     doc = (ROOT / "docs" / "what-happens-when.md").read_text(encoding="utf-8")
     section = doc[doc.index("## Limits") :]

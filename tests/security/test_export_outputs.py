@@ -109,22 +109,22 @@ CASES = [
          "lies inside the run", RUN_FILES, setup=_link("w.gguf", "run/final/model.safetensors")),
     # -- gguf: what --force may replace --------------------------------------------------------------------
     Case("gguf --force onto a device node", ["export", "gguf", "run", "null", "--force"], 1,
-         "is a character device; --force replaces only a regular file", setup=_device("null")),
+         "is a character device; --overwrite replaces only a regular file", setup=_device("null")),
     Case("gguf --force onto a FIFO", ["export", "gguf", "run", "pipe", "--force"], 1, "is a FIFO",
          setup=_fifo("pipe")),
     Case("gguf --force onto a link to a file outside", ["export", "gguf", "run", "link.gguf", "--force"], 1,
          "is a symbolic link", ["elsewhere/model.gguf"],
          setup=lambda root: (_file("elsewhere/model.gguf")(root), _link("link.gguf", "elsewhere/model.gguf")(root))),
     Case("gguf --force onto a user's file", ["export", "gguf", "run", "notes.txt", "--force"], 1,
-         "--force replaces only a GGUF file, and 'notes.txt' is not one; nothing was deleted", ["notes.txt"],
+         "--overwrite replaces only a GGUF file, and 'notes.txt' is not one; nothing was deleted", ["notes.txt"],
          setup=_file("notes.txt", b"my notes")),
     Case("gguf onto an existing GGUF file", ["export", "gguf", "run", "old.gguf"], 1,
-         "exists; pass --force to replace it, or choose another OUT", ["old.gguf"], setup=_file("old.gguf")),
+         "exists; pass --overwrite to replace it, or choose another OUT", ["old.gguf"], setup=_file("old.gguf")),
     Case("gguf onto a user's file", ["export", "gguf", "run", "notes.txt"], 1,
          "'notes.txt' exists; choose another OUT", ["notes.txt"], setup=_file("notes.txt", b"my notes")),
     Case("gguf --force onto a folder", ["export", "gguf", "run", "data", "--force"], 1, "is a folder", ["data"]),
     Case("gguf --modelfile --force onto a user's Modelfile", ["export", "gguf", "run", "m.gguf", "--modelfile",
-         "--force"], 1, "--force replaces only an ollama Modelfile", ["Modelfile"],
+         "--force"], 1, "--overwrite replaces only an ollama Modelfile", ["Modelfile"],
          setup=_file("Modelfile", b"FROM llama3\n"), absent=["m.gguf"]),
     # -- any road: inside another folder Alilama writes ----------------------------------------------------
     Case("gguf into a data folder", ["export", "gguf", "run", "data/model.gguf"], 1,
@@ -135,7 +135,7 @@ CASES = [
     Case("hf into the run", ["export", "hf", "run", "run/hf"], 1, "lies inside the run", RUN_FILES,
          absent=["run/hf"]),
     Case("hf --force onto a data folder", ["export", "hf", "run", "data", "--force"], 1,
-         "--force replaces only a Hugging Face export that Alilama wrote, and 'data' holds a data folder; nothing "
+         "--overwrite replaces only a Hugging Face export that Alilama wrote, and 'data' holds a data folder; nothing "
          "was deleted", ["data"]),
     Case("hf --force onto a device node", ["export", "hf", "run", "null", "--force"], 1, "is a file, not a folder",
          setup=_device("null")),
@@ -143,7 +143,7 @@ CASES = [
          setup=_marked("onnx", "onnx"), absent=["onnx/hf"]),
     Case("onnx onto the run", ["export", "onnx", "run", "run", "--force"], 1, "is the run 'run'", RUN_FILES),
     Case("onnx over its own export: the advice names --force", ["export", "onnx", "run", "onnx"], 1,
-         "already holds an ONNX export; pass --force to replace it, or choose another OUT", ["onnx"],
+         "already holds an ONNX export; pass --overwrite to replace it, or choose another OUT", ["onnx"],
          setup=_marked("onnx", "onnx")),
     Case("onnx --force onto a FIFO", ["export", "onnx", "run", "pipe", "--force"], 1, "is a file, not a folder",
          setup=_fifo("pipe")),
@@ -188,12 +188,15 @@ def test_case(case: Case, ws: Path):  # noqa: F811
 # Runs ``alilama ARGS``; the GGUF export kills itself once the file is written, before it is renamed onto OUT.
 KILLED = """
 import os, signal
-import alilama_hf.gguf_file as gguf_file
+from alilama_exporters.gguf_file import GGUFExporter
 
-def check_gguf(*args, **kw):
+real = GGUFExporter.write
+
+def write(self, *args, **kw):
+    real(self, *args, **kw)
     os.kill(os.getpid(), signal.SIGKILL)
 
-gguf_file.check_gguf = check_gguf
+GGUFExporter.write = write
 from alilama_core.app.cli import main
 main()
 """

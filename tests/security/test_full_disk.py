@@ -106,7 +106,7 @@ def test_each_library_s_report_of_a_full_disk_is_recognised(disk):
     import torch
     from safetensors.torch import save_file
 
-    from alilama_core.contracts.files import disk_full_reason
+    from alilama_core.base.files import disk_full_reason
 
     tensors = {"w": torch.zeros(1 << 20)}  # 4 MB: more than the whole disk
     writes = {

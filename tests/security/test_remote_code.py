@@ -62,7 +62,9 @@ LOADER = textwrap.dedent(
                     raise ImportError(f"{name} is blocked")
         sys.meta_path.insert(0, NoAlilama())
     else:
-        import alilama_hf  # noqa: F401  (registers the Auto classes, as docs/huggingface.md says)
+        import alilama_hf
+
+        alilama_hf.register_auto_classes()  # the Auto classes, in-process (no remote code)
     from transformers import AutoModelForCausalLM
     kwargs = {} if trust == "unset" else {"trust_remote_code": trust == "true"}
     try:
@@ -81,7 +83,7 @@ def export(tmp_path_factory) -> Path:
     """A remote-code export of a tiny run with the example plugin's ``sinusoidal`` scheme."""
     import torch
     from alilama_bpe.tokenizer import BPETokenizer
-    from alilama_hf.export import export
+    from alilama_exporters.hf_folder import export
     from alilama_testing import tiny_config
 
     from alilama_core import build_model

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from alilama_core.app.sweep import make_plan
-from alilama_core.contracts.errors import ConfigError
+from alilama_core.base.errors import ConfigError
 from alilama_core.runs import sweeps
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,3 +41,70 @@ def test_the_positional_study_file_is_a_12_trial_grid_of_valid_configs(sweep_dat
     assert len(plan.trials) == 12 and plan.metric == "val_bpb" and plan.mode == "min"
     assert "train.sample_prompts=[]" in plan.overrides
     assert {t.overrides["model.positional"] for t in plan.trials} == {"alibi", "rope", "learned", "nope"}
+
+
+def test_the_tasks_study_file_is_scored_at_n_2n_4n_and_ranked_by_a_score_column():
+    file = sweeps.read_sweep_file(ROOT / "configs" / "sweeps" / "tasks.yaml")
+    settings = {k: v for k, v in file.items() if k not in ("space", "overrides")}
+    plan = make_plan(settings, file["overrides"], file["space"])
+    assert len(plan.trials) == 36 and plan.metric == "exact@16" and plan.mode == "max"
+    assert plan.score == ["--lengths", "8,16,32", "--examples", "256", "--seed", "0"]
+    assert {t.overrides["task.name"] for t in plan.trials} == {"copy", "reverse", "sort"}
+
+
+def test_a_scoring_step_that_sets_what_the_sweep_sets_is_refused():
+    with pytest.raises(ConfigError, match="--json"):
+        sweeps.score_args("--lengths 8 --json")
+    with pytest.raises(ConfigError, match="eval` arguments"):
+        sweeps.score_args({"lengths": 8})
+    assert sweeps.score_columns([{"file": "a/valid.txt", "context_length": 128, "bpb": 1.5}]) == {"bpb@128": 1.5}
+    two = [{"file": "a.txt", "context_length": 64, "bpb": 2.0}, {"file": "b.txt", "context_length": 64, "bpb": 1.0}]
+    assert sweeps.score_columns(two) == {"a:bpb@64": 2.0, "b:bpb@64": 1.0}
+
+
+def test_the_horizons_file_sweeps_the_preset_itself(sweep_data):
+    """``preset`` in the space trains each trial from that preset: fast's recipe, the essay's, the same rest."""
+    from alilama_core.app.sweep import train_args, trial_config
+
+    file = sweeps.read_sweep_file(ROOT / "configs" / "sweeps" / "horizons.yaml")
+    settings = {k: v for k, v in file.items() if k not in ("space", "overrides")}
+    plan = make_plan({**settings, "data": str(sweep_data)}, file["overrides"], file["space"])
+    assert len(plan.trials) == 24
+    fast = next(t for t in plan.trials if t.overrides["preset"] == "fast")
+    essay = next(t for t in plan.trials if t.overrides["preset"] == "essay")
+    assert trial_config(plan, fast).train.optimizer == "muon" and trial_config(plan, essay).train.optimizer == "adamw"
+    assert trial_config(plan, fast).train.warmup_steps == 25  # the file's overrides on top of the preset
+    args = train_args(plan, fast, "out")
+    assert args[args.index("--preset") + 1] == "fast" and not any(a.startswith("preset=") for a in args)
+    with pytest.raises(Exception, match="not both"):
+        make_plan({"config": str(ROOT / "configs" / "essay.yaml"), "data": str(sweep_data)}, [], file["space"])
+
+
+def test_the_recipe_file_is_an_optuna_study_over_ranges(sweep_data):
+    pytest.importorskip("optuna", reason="--search optuna needs Optuna")
+    file = sweeps.read_sweep_file(ROOT / "configs" / "sweeps" / "recipe.yaml")
+    settings = {k: v for k, v in file.items() if k not in ("space", "overrides")}
+    plan = make_plan({**settings, "data": str(sweep_data)}, file["overrides"], file["space"])
+    assert plan.search == "optuna" and plan.samples == 24 and plan.trials == []  # Optuna chooses them
+    assert plan.space["train.lr"] == {"loguniform": [0.001, 0.01]}
+    assert plan.space["model.qk_norm"] == ["false", "true"]
+    with pytest.raises(ConfigError, match="grid cannot enumerate"):
+        sweeps.expand(plan.space, "grid")
+    drawn = sweeps.expand(plan.space, "random", 5, seed=2)
+    assert drawn == sweeps.expand(plan.space, "random", 5, seed=2) and len(drawn) == 5
+    assert all(0.001 <= float(t.overrides["train.lr"]) <= 0.01 for t in drawn)
+
+
+def test_ranges_on_the_command_line_and_their_mistakes():
+    fixed, space = sweeps.split_overrides(["train.lr=loguniform(1e-4, 1e-2)", "train.warmup_steps=randint(5,50)"])
+    assert fixed == [] and space == {
+        "train.lr": {"loguniform": [1e-4, 1e-2]},
+        "train.warmup_steps": {"randint": [5, 50]},
+    }
+    for bad, phrase in [
+        ("train.lr=loguniform(0,1)", "0 < low < high"),
+        ("train.lr=uniform(2,1)", "low < high"),
+        ("train.warmup_steps=randint(1.5,4)", "two integers"),
+    ]:
+        with pytest.raises(ConfigError, match=phrase):
+            sweeps.split_overrides([bad])

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from alilama_core.contracts.errors import ConfigError, TokenizerError
+from alilama_core.base.errors import ConfigError, TokenizerError
 from alilama_core.contracts.task import EOS, IGNORE, SEP, SymbolTokenizer, parse_lengths
 from alilama_core.engine.registry import get_registry
 from alilama_core.kit.task import check_task

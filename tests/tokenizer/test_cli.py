@@ -18,7 +18,7 @@ def app(impl, monkeypatch):
     from alilama_core.app import tokenizer as tokenizer_cli
 
     a = typer.Typer()
-    tokenizer_cli.register(a)
+    a.add_typer(tokenizer_cli.tokenizer_app, name="tokenizer")
     return a
 
 

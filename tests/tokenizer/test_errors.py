@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from alilama_core.contracts.errors import TokenizerError
+from alilama_core.base.errors import TokenizerError
 
 
 def test_empty_input(bpe):

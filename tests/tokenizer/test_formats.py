@@ -7,7 +7,7 @@ import json
 import pytest
 from alilama_bpe.reference import GPT4_SPLIT_PATTERN
 
-from alilama_core.contracts.errors import TokenizerError
+from alilama_core.base.errors import TokenizerError
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from alilama_bpe import importers, patterns
 from alilama_bpe.tokenizer import BPETokenizer
-from alilama_core.contracts.errors import TokenizerError
+from alilama_core.base.errors import TokenizerError
 from typer.testing import CliRunner
 
 tiktoken = pytest.importorskip("tiktoken")
@@ -281,7 +281,7 @@ def test_cli_import_encode_and_unknown_name(cl100k_file, tmp_path, texts):
     from alilama_core.app import tokenizer as tokenizer_cli
 
     app = typer.Typer()
-    tokenizer_cli.register(app)
+    app.add_typer(tokenizer_cli.tokenizer_app, name="tokenizer")
     runner = CliRunner()
     r = runner.invoke(app, ["tokenizer", "import", str(cl100k_file), "--out", str(tmp_path / "tok")])
     assert r.exit_code == 0, r.output

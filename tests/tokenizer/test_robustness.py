@@ -14,7 +14,7 @@ import pytest
 from alilama_bpe import _backend, reference
 from alilama_bpe.tokenizer import BPETokenizer
 
-from alilama_core.contracts.errors import TokenizerError
+from alilama_core.base.errors import TokenizerError
 
 REPO = Path(__file__).resolve().parents[2]
 native = pytest.mark.skipif(_backend.native is None, reason=f"native BPE backend: {_backend.IMPORT_ERROR}")
@@ -55,7 +55,7 @@ def test_crafted_model_with_ever_longer_tokens_is_refused_in_bounded_memory(tmp_
         """
         import resource, sys, time
         from alilama_bpe.tokenizer import BPETokenizer
-        from alilama_core.contracts.errors import TokenizerError
+        from alilama_core.base.errors import TokenizerError
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         t = time.perf_counter()
         try:
@@ -168,7 +168,7 @@ def test_save_while_another_process_writes_names_its_pid(tmp_path, small):
             textwrap.dedent(
                 """
             import sys, time
-            from alilama_core.contracts.files import exclusive_lock
+            from alilama_core.base.files import exclusive_lock
             with exclusive_lock(sys.argv[1], what="tokenizer folder"):
                 print("locked", flush=True)
                 time.sleep(30)
@@ -195,7 +195,7 @@ def test_concurrent_saves_never_mix_files(tmp_path, small):
     code = """
         import sys
         from alilama_bpe.tokenizer import BPETokenizer
-        from alilama_core.contracts.errors import TokenizerError
+        from alilama_core.base.errors import TokenizerError
         src, out, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
         tok = BPETokenizer.load(src)
         tok = BPETokenizer(tok.merges[:n], {"<|endoftext|>": 256 + n})
@@ -275,7 +275,7 @@ def test_failures_in_worker_threads_come_back_as_python_errors(tmp_path, small):
         """
         import resource, sys
         from alilama_bpe.tokenizer import BPETokenizer
-        from alilama_core.contracts.errors import TokenizerError
+        from alilama_core.base.errors import TokenizerError
         tok = BPETokenizer.load(sys.argv[1])
         text = "Once upon a time there was a little dog.\\n" * 2_000_000
         size = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()

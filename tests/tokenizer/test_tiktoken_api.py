@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from alilama_core.contracts.errors import TokenizerError
+from alilama_core.base.errors import TokenizerError
 
 EOT, PAD = "<|endoftext|>", "<|pad|>"
 TEXTS = ["plain text", f"one{EOT}two", f"pad{PAD}here", f"{EOT}both{PAD}{EOT}", f"<|endof{EOT}text|>"]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from alilama_core.app.prepare import prepare, read_text_documents, read_text_pieces
-from alilama_core.contracts.errors import AlilamaError, DataError
+from alilama_core.base.errors import AlilamaError, DataError
 from alilama_core.runs.data import TokenData
 from alilama_core.runs.tokenizers import load_tokenizer
 

@@ -15,7 +15,7 @@ import torch
 from alilama_testing import losses, run_cli, run_ddp
 from alilama_trainers.trainer import BudgetMarks, DefaultTrainer, lr_at
 
-from alilama_core.contracts.errors import AlilamaError, DataError
+from alilama_core.base.errors import AlilamaError, DataError
 from alilama_core.engine import configs as cfgmod
 from alilama_core.runs.checkpoint import checkpoints, load_run
 
@@ -64,7 +64,7 @@ def test_budget_marks_fall_once_per_share_of_the_budget_and_survive_a_resume():
 
 
 def test_the_time_budget_ends_a_run_with_a_checkpoint_and_a_last_evaluation(data_dir, tmp_path):
-    from alilama_hf.export import model_card
+    from alilama_exporters.model_card import model_card
 
     cfg = tiny(max_steps=None, max_time=4.0, warmup_steps=1000, eval_every=100000, checkpoint_every=100000)
     cfg.train.log_every, cfg.train.eval_tokens, cfg.train.sample_tokens = 1, 1024, 8

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from alilama_core.app.cli import get_app
 from alilama_core.contracts.config import TrainConfig
-from alilama_core.contracts.errors import ConfigError
+from alilama_core.base.errors import ConfigError
 from alilama_core.contracts.trainer import CORE, EVERY_TRAINER, REPORTING, SETTING_NAMES, SETTINGS, Trainer
 from alilama_core.engine import configs as cfgmod
 from alilama_core.engine.registry import get_trainer

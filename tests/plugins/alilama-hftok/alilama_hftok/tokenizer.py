@@ -8,7 +8,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, ClassVar
 
-from alilama_core.contracts.errors import TokenizerError
+from alilama_core.base.errors import TokenizerError
 from alilama_core.contracts.tokenizer import AllowedSpecial, ProgressCallback, Tokenizer
 
 FILE = "tokenizer.json"

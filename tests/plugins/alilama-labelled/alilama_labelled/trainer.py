@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from alilama_core.contracts.files import atomic_write_text
+from alilama_core.base.files import atomic_write_text
 from alilama_core.engine.registry import get_trainer
 
 DefaultTrainer = get_trainer("default")

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from alilama_core.contracts.errors import ConfigError
+from alilama_core.base.errors import ConfigError
 from alilama_core.contracts.optimizer import set_lr
 from alilama_core.contracts.trainer import Trainer
 from alilama_core.engine.model import build_model

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from alilama_core.contracts.attention import AttentionBackend
-from alilama_core.contracts.errors import ConfigError
+from alilama_core.base.errors import ConfigError
 
 
 def window_probabilities(
