@@ -142,7 +142,7 @@ CASES = [
     Case("hf inside an ONNX export", ["export", "hf", "run", "onnx/hf"], 1, "lies inside", ["onnx"],
          setup=_marked("onnx", "onnx"), absent=["onnx/hf"]),
     Case("onnx onto the run", ["export", "onnx", "run", "run", "--force"], 1, "is the run 'run'", RUN_FILES),
-    Case("onnx over its own export: the advice names --force", ["export", "onnx", "run", "onnx"], 1,
+    Case("onnx over its own export: the advice names --overwrite", ["export", "onnx", "run", "onnx"], 1,
          "already holds an ONNX export; pass --overwrite to replace it, or choose another OUT", ["onnx"],
          setup=_marked("onnx", "onnx")),
     Case("onnx --force onto a FIFO", ["export", "onnx", "run", "pipe", "--force"], 1, "is a file, not a folder",
@@ -173,7 +173,8 @@ def test_case(case: Case, ws: Path):  # noqa: F811
     assert "Traceback" not in result.output and (result.exception is None or isinstance(result.exception, SystemExit))
     assert case.phrase in output, output
     assert output.startswith("error: ") and output.count("error:") == 1, output
-    assert "--overwrite" not in output and "pass --no-verify to" not in output  # options export does not have
+    # the advice names the flag the commands document (--force is only its old alias) and no option export lacks
+    assert "--force" not in output and "pass --no-verify to" not in output
     for k, files in before.items():
         assert digest(ws / k) == files, k
     for path, mode in specials.items():  # device nodes, FIFOs, links and folders are what they were
