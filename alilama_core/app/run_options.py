@@ -68,7 +68,7 @@ def check_decode(decode: str) -> str:
 def setup_decode(loaded, decode: str, batch: int = 1) -> None:
     """Keep ``loaded``'s compiled decode steps in its run folder, build one for ``--decode compiled``, and say
     on stderr which path decodes (and why not the compiled one)."""
-    from alilama_core.engine.decode import decode_plan
+    from alilama_core.engine.decode import NOT_BUILT, decode_plan
     from alilama_core.runs.compiled import attach, prepare
 
     check_decode(decode)
@@ -81,7 +81,7 @@ def setup_decode(loaded, decode: str, batch: int = 1) -> None:
     plan = decode_plan(loaded.model, batch, decode)
     if plan.path == "compiled":
         plain_line("decode: compiled (a static-cache step; --decode eager to compare)")
-    elif decode == "auto" and plan.reason and "not built" in plan.reason:
+    elif decode == "auto" and plan.reason and plan.reason.startswith(NOT_BUILT):
         plain_line("decode: eager; `--decode compiled` builds this run's compiled step once (faster from then on)")
     else:
         plain_line(f"decode: eager ({plan.reason})")

@@ -387,6 +387,10 @@ def _machine() -> str:
         return f"{platform.machine()} {platform.processor()}"
 
 
+NOT_BUILT = "the compiled decode step is not built"
+"""How every reason that only means "not built yet" begins (``decode_plan``, the commands' notice)."""
+
+
 def compiled_step(model: GPT, batch: int, build: bool = True) -> tuple[Callable | None, str | None]:
     """The compiled ``DecodeStep`` of ``model`` for ``batch`` rows and why not (``(None, reason)``).
 
@@ -419,7 +423,7 @@ def compiled_step(model: GPT, batch: int, build: bool = True) -> tuple[Callable 
             if not build:
                 return (
                     None,
-                    "the compiled decode step is not built for this model and batch size yet (decode='compiled' builds it once)",
+                    f"{NOT_BUILT} for this model and batch size yet (decode='compiled' builds it once)",
                 )
             if (reason := _no_compiler()) is not None:
                 return None, reason
@@ -437,7 +441,7 @@ def _cuda_step(model: GPT, batch: int, build: bool) -> tuple[Callable | None, st
         step = _CUDA_STEPS.get(model)
         if step is None:
             if not build:
-                return None, "the compiled decode step is not built in this process yet (decode='compiled' builds it)"
+                return None, f"{NOT_BUILT} in this process yet (decode='compiled' builds it)"
             compiled = torch.compile(DecodeStep(model).eval(), mode="reduce-overhead", fullgraph=True, dynamic=False)
 
             def step(*args: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -483,6 +487,6 @@ def decode_plan(model: GPT, batch: int = 1, decode: str = "auto") -> DecodePlan:
     step, reason = compiled_step(model, batch, build=False)
     if step is not None:
         return DecodePlan("compiled")
-    if decode == "compiled" and reason is not None and reason.startswith("the compiled decode step is not built"):
+    if decode == "compiled" and reason is not None and reason.startswith(NOT_BUILT):
         return DecodePlan("compiled", "built at first use")
     return DecodePlan("eager", reason)
