@@ -53,6 +53,12 @@ $(TEST_STAMP): $(STAMP) $(foreach p,$(TEST_PLUGINS),$(shell find $(p) -name '*.p
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation --target $(TEST_PLUGIN_DIR) $(TEST_PLUGINS)
 	@touch $(TEST_STAMP)
 
+# GPT-2's vocabulary as openai-whisper ships it (whisper/assets/gpt2.tiktoken), for tests/tokenizer/test_import.py.
+GPT2_VOCAB_DIR := build/vocab/whisper-20250625
+$(GPT2_VOCAB_DIR)/.installed: | $(STAMP)
+	rm -rf $(GPT2_VOCAB_DIR) && $(BIN)/python -m pip install -q --no-deps --target $(GPT2_VOCAB_DIR) openai-whisper==20250625
+	@touch $@
+
 # tests/hf/test_reader_versions.py reads every export with it (skipped where it is missing).
 $(READERS_STAMP):
 	@echo "[readers] a Python without Alilama for the export tests: torch $(TORCH_VERSION), $(READERS_PACKAGES) (once, about a minute)"
@@ -114,7 +120,7 @@ install: $(STAMP)
 quickstart: $(STAMP)
 	$(BIN)/alilama quickstart $(QUICKSTART_ARGS)
 
-test: $(TEST_STAMP) $(READERS_STAMP)
+test: $(TEST_STAMP) $(READERS_STAMP) $(GPT2_VOCAB_DIR)/.installed
 	@echo "running the test suite on $(TEST_WORKERS) process(es): about 15 minutes on two free CPU cores, longer on a busy machine"
 	$(BIN)/python -m pytest -q --benchmark-disable $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 

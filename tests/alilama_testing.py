@@ -71,6 +71,21 @@ def needs_test_plugins(*distributions: str) -> pytest.MarkDecorator:
     )
 
 
+GPT2_VOCAB = Path(__file__).resolve().parents[1] / "build" / "vocab" / "whisper-20250625"
+"""openai-whisper's files, as ``make test`` installs them: ``whisper/assets/gpt2.tiktoken`` is GPT-2's ranks."""
+
+
+def gpt2_vocab_package() -> Path:
+    """The folder holding openai-whisper's copy of GPT-2's ranks (a ``sys.path`` entry); skipped where
+    ``make test`` has not installed it, failed instead under ALILAMA_REQUIRE_GPT2_VOCAB=1 (CI)."""
+    if not (GPT2_VOCAB / "whisper" / "assets" / "gpt2.tiktoken").is_file():
+        why = f"no copy of GPT-2's vocabulary at {GPT2_VOCAB}: make test installs openai-whisper's files there"
+        if os.environ.get("ALILAMA_REQUIRE_GPT2_VOCAB") == "1":
+            pytest.fail(f"{why} (ALILAMA_REQUIRE_GPT2_VOCAB is set)")
+        pytest.skip(why)
+    return GPT2_VOCAB
+
+
 def run_cli(*args: str, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(

@@ -71,6 +71,14 @@ class Limits:
         """Positions of the batch's KV cache: the longest prompt, the most new tokens, and one."""
         return self.max_prompt_tokens + self.max_tokens + 1
 
+    def check_sequences(self, count: int) -> None:
+        """``RequestError`` 400 when one request asks for more sequences (prompts x n) than the queue holds."""
+        if count > self.max_queue:
+            raise RequestError(
+                f"this request asks for {count} sequences (prompts x n); this server queues at most "
+                f"{self.max_queue}: send fewer at a time", "n",
+            )  # fmt: skip
+
     def check(self, model) -> None:
         """Refuse limits the model or the memory cannot hold (``AlilamaError`` naming the option)."""
         import psutil
@@ -110,6 +118,7 @@ def encode_prompts(
             raise RequestError(str(exc), status=500, kind="server_error") from None
     else:
         texts = req.prompts
+    limits.check_sequences(len(texts) * req.choices)  # before encoding what would be refused anyway
     out = []
     for text in texts:
         if isinstance(text, list):
@@ -183,11 +192,7 @@ class Scheduler(threading.Thread):
 
     def submit(self, jobs: list[Job]) -> None:
         """Queue ``jobs`` for the batch, all or none: ``RequestError`` 400 for more than the queue holds, 429 when full."""
-        if len(jobs) > self.limits.max_queue:
-            raise RequestError(
-                f"this request asks for {len(jobs)} sequences (prompts x n); this server queues at most "
-                f"{self.limits.max_queue}: send fewer at a time", "n",
-            )  # fmt: skip
+        self.limits.check_sequences(len(jobs))
         with self.lock:
             if self.pending + len(jobs) > self.limits.max_queue:
                 raise RequestError("the server is busy: its queue is full; retry later", status=429, kind="server_busy")

@@ -34,6 +34,9 @@ HF_FILE = "tokenizer.json"
 SPECIAL_MAP_FILE = "special_tokens_map.json"
 HF_FILES = (HF_FILE, SPECIAL_MAP_FILE)
 FORMAT_VERSION = 1
+NEWEST_FORMAT = 3
+"""Versions of ``tokenizer_config.json``: 1 Alilama's numbering, 2 a vocabulary's own ids (``ids``), 3 a
+normalizer or added tokens (``normalizer``, ``added_tokens``), which an older reader would drop."""
 
 
 def model_text(tok: "BPETokenizer") -> str:
@@ -60,6 +63,9 @@ def vocab_text(tok: "BPETokenizer") -> str:
         lines.append(f"[{render_token(vocab[a])}][{render_token(vocab[b])}] -> [{render_token(vocab[i])}] {ids[i]}")
     for t, i in sorted(tok.special_tokens.items(), key=lambda kv: kv[1]):
         lines.append(f"[{t}] {i} (special)")
+    for added in tok.added_tokens:
+        if not added.special:
+            lines.append(f"[{render_token(added.content.encode('utf-8'))}] {added.id} (added)")
     return "\n".join(lines) + "\n"
 
 
@@ -77,7 +83,49 @@ def config_dict(tok: "BPETokenizer", model: str) -> dict:
         "pattern": tok.pattern,
         "model_sha256": hashlib.sha256(model.encode("utf-8")).hexdigest(),
         **({"ids": id_runs(tok.ids), "format_version": 2} if tok.ids is not None else {}),
+        **({"normalizer": tok.normalizer, "format_version": 3} if tok.normalizer else {}),
+        **({"added_tokens": added, "format_version": 3} if (added := stored_added_tokens(tok)) else {}),
     }
+
+
+def stored_added_tokens(tok: "BPETokenizer") -> list[dict]:
+    """The added tokens a folder records: those that are not special, and special ones with other flags than
+    the defaults (HF tokenizers' for a special token: found where its text occurs, before normalizing)."""
+    from alilama_bpe.tokenizer import AddedToken
+
+    return [t.as_dict() for t in tok.added_tokens if not t.special or t != AddedToken(t.content, t.id, special=True)]
+
+
+def read_added(path: Path) -> tuple[str | None, list]:
+    """The normalizer and added tokens recorded in a saved folder's config (None and [] when none are)."""
+    from alilama_bpe.tokenizer import NORMALIZERS, AddedToken
+
+    config = _config(path)
+    cpath = (path if path.is_dir() else path.parent) / CONFIG_FILE
+    normalizer = config.get("normalizer")
+    if normalizer is not None and normalizer not in NORMALIZERS:
+        raise TokenizerError(f"{cpath} is corrupt: unknown normalizer {normalizer!r}")
+    entries = config.get("added_tokens") or []
+    if not isinstance(entries, list):
+        raise TokenizerError(f"{cpath} is corrupt: its 'added_tokens' is not a list")
+    try:
+        return normalizer, [AddedToken.from_dict(e, str(cpath)) for e in entries]
+    except TypeError as e:
+        raise TokenizerError(f"{cpath} is corrupt: {e}") from None
+
+
+def _config(path: Path) -> dict:
+    """A saved folder's ``tokenizer_config.json`` (``{}`` when it has none)."""
+    cpath = (path if path.is_dir() else path.parent) / CONFIG_FILE
+    if not cpath.is_file():
+        return {}
+    try:
+        config = loads_json(cpath.read_text(encoding="utf-8"), TokenizerError, str(cpath))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise TokenizerError(f"{cpath} is corrupt: {e}") from None
+    if not isinstance(config, dict):
+        raise TokenizerError(f"{cpath} is corrupt: it does not hold a JSON object")
+    return config
 
 
 def id_runs(ids: list[int]) -> list[list[int]]:
@@ -194,6 +242,12 @@ def read_folder(path: Path) -> tuple[list[tuple[int, int]], dict[str, int], str]
         raise TokenizerError(f"{cpath} is corrupt: {e}") from None
     if not isinstance(config, dict):
         raise TokenizerError(f"{cpath} is corrupt: it does not hold a JSON object")
+    version = config.get("format_version")
+    if isinstance(version, int) and version > NEWEST_FORMAT:
+        raise TokenizerError(
+            f"{cpath} has format_version {version}; this Alilama reads versions up to {NEWEST_FORMAT}: "
+            f"the folder was saved by a newer release"
+        )
     try:
         raw = mpath.read_bytes()
     except OSError as e:
@@ -226,7 +280,9 @@ def read_folder(path: Path) -> tuple[list[tuple[int, int]], dict[str, int], str]
         raise mismatch(f"special tokens {specials}, the config records {config['special_tokens']}")
     size = config.get("vocab_size")
     own_ids = "ids" in config  # an imported vocabulary's ids: its size is checked when they are read
-    if isinstance(size, int) and not own_ids and size != max([256 + len(merges), *(i + 1 for i in specials.values())]):
+    added = [t.get("id") for t in config.get("added_tokens") or [] if isinstance(t, dict)]
+    top = max([256 + len(merges), *(i + 1 for i in specials.values()), *(i + 1 for i in added if isinstance(i, int))])
+    if isinstance(size, int) and not own_ids and size != top:
         raise mismatch(f"the vocabulary size differs from the {size} recorded")
     return merges, specials, pattern
 
@@ -330,33 +386,23 @@ def hf_tokenizer_json(tok: "BPETokenizer") -> dict:
                 f"ids {vocab[s]} and {ids[i]} have the same bytes {vocab_bytes[i]!r}; tokenizer.json cannot hold both"
             )
         vocab[s] = ids[i]
-    for t, i in sorted(tok.special_tokens.items(), key=lambda kv: kv[1]):
+    for added in tok.added_tokens:
         # In the model's vocabulary too, so that `tokenizers` keeps the id (an added token
         # that the model does not know is given the next free id instead, gaps ignored).
-        if t in vocab:
+        t, i = added.content, added.id
+        if vocab.get(t, i) != i:
+            what = "special token" if added.special else "added token"
             raise TokenizerError(
-                f"special token {t!r} spells the same string as id {vocab[t]}; tokenizer.json cannot hold both"
+                f"{what} {t!r} spells the same string as id {vocab[t]}; tokenizer.json cannot hold both"
             )
         vocab[t] = i
     merges = [f"{strings[a]} {strings[b]}" for a, b in tok.merges]
-    added = [
-        {
-            "id": i,
-            "content": t,
-            "single_word": False,
-            "lstrip": False,
-            "rstrip": False,
-            "normalized": False,
-            "special": True,
-        }
-        for t, i in sorted(tok.special_tokens.items(), key=lambda kv: kv[1])
-    ]
     return {
         "version": "1.0",
         "truncation": None,
         "padding": None,
-        "added_tokens": added,
-        "normalizer": None,
+        "added_tokens": [t.as_dict() for t in tok.added_tokens],
+        "normalizer": {"type": tok.normalizer} if tok.normalizer else None,
         "pre_tokenizer": (
             # GPT-2's own split is written as GPT-2's tokenizer.json writes it (ByteLevel's regex)
             {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
@@ -435,6 +481,24 @@ def tiktoken_encoding(tok: "BPETokenizer", name: str = "alilama-bpe"):
     tiktoken merges by the rank of the concatenated bytes, so ids must have
     distinct bytes (they do unless two merges spell the same string).
     """
+    if tok.normalizer:
+        raise TokenizerError(
+            f"tiktoken has no normalizer: this tokenizer applies {tok.normalizer} to the text before splitting "
+            f"it, which a tiktoken Encoding would not do (its ids would differ on text that {tok.normalizer} changes)"
+        )
+    plain = [t for t in tok.added_tokens if not t.special]
+    if plain:
+        shown = ", ".join(f"{t.content!r} ({t.id})" for t in plain[:5]) + (", ..." if len(plain) > 5 else "")
+        raise TokenizerError(
+            f"tiktoken has no added tokens that are not special: this tokenizer finds {len(plain)} such tokens "
+            f"in any text ({shown}), which a tiktoken Encoding would encode as ordinary text"
+        )
+    stripping = [t.content for t in tok.added_tokens if not t.plain]
+    if stripping:
+        raise TokenizerError(
+            f"tiktoken finds special tokens exactly where their text occurs; {stripping[0]!r} takes in the "
+            f"whitespace beside it or is found only as a whole word (lstrip/rstrip/single_word)"
+        )
     try:
         import tiktoken
     except ImportError as e:

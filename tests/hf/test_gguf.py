@@ -271,15 +271,13 @@ HARD_TEXTS = [
 ]
 
 
-def test_the_split_patterns_are_the_ones_their_tokenizers_use():
-    """GPT-4's as Alilama's BPE writes it; GPT-2's as the tokenizers library's ByteLevel splits."""
+def test_gpt2s_split_is_the_one_the_tokenizers_library_uses():
+    """GPT-2's as the tokenizers library's ByteLevel splits."""
     import regex
-    from alilama_bpe.reference import GPT4_SPLIT_PATTERN
     from tokenizers.pre_tokenizers import ByteLevel
 
-    from alilama_exporters.gguf_file import GPT2_SPLIT, GPT4_SPLIT
+    from alilama_core.contracts.splits import GPT2 as GPT2_SPLIT
 
-    assert GPT4_SPLIT == GPT4_SPLIT_PATTERN
     byte_level = ByteLevel(add_prefix_space=False, use_regex=True)
     no_regex = ByteLevel(add_prefix_space=False, use_regex=False)
     for text in HARD_TEXTS:

@@ -71,7 +71,8 @@ POISONED = [
 
 
 def test_a_victim_gets_every_token_while_an_attacker_sends_poison(server):
-    """256 tokens streamed to the end, [DONE] included, while each poisoned request is refused within a second."""
+    """256 tokens streamed to the end, [DONE] included, while each poisoned request is refused at once: sooner
+    than the server makes the victim's 256 tokens alone (both timed in this run, so a busy machine slows both)."""
     body = {"prompt": PROMPT, "max_tokens": 256, "temperature": 1.0, "seed": 3, "stream": True, "ignore_eos": True}
     texts, done, errors = [], [], []
 
@@ -100,9 +101,12 @@ def test_a_victim_gets_every_token_while_an_attacker_sends_poison(server):
     thread.join(timeout=300)
     for phrase, status, message, seconds in answers:
         assert status == 400 and phrase in message, (phrase, status, message)
-        assert seconds < 1.0, (phrase, seconds)
     assert not errors and done == [True]
+    start = time.monotonic()
     again = httpx.post(server.url + "/v1/completions", json={**body, "stream": False}, headers=AUTH, timeout=300)
+    generation = time.monotonic() - start
+    for phrase, _status, _message, seconds in answers:
+        assert seconds < generation, (phrase, seconds, generation)
     assert again.json()["usage"]["completion_tokens"] == 256
     assert "".join(texts) == again.json()["choices"][0]["text"]  # seeded: the victim's text is its own alone
     assert "Traceback" not in server.log()
