@@ -1,22 +1,34 @@
 """Every input has a bound, checked before work starts (``alilama_core.base.limits``).
 
-Each crafted input runs in a fresh interpreter, after torch, the CLI and the
+Each crafted input runs in a process of its own, after torch, the CLI and the
 plugins are imported: the call itself must be refused in under a second of CPU
 time (and well under ten of wall-clock time, however busy the machine) and
 under 100 MiB of peak memory growth, with an error naming the limit. For CLI
 commands the exit status is not 0 and the output holds one ``error:`` line and
-no traceback. The child caps its address space at its footprint plus 2 GiB, so
-a bound that stops working fails its test quickly instead of exhausting the
+no traceback. The process caps its address space at its footprint plus 2 GiB,
+so a bound that stops working fails its test quickly instead of exhausting the
 machine.
+
+The imports take seconds, so one interpreter (the zygote, ``ZYGOTE``) does them
+once and forks a fresh child for every case; the zygote itself never runs a
+case, nor any torch operation, so no thread pool of torch's is running when it
+forks (the one thread ``import torch`` starts, OpenBLAS's through numpy, stops
+around a fork by itself). A forked child's peak memory starts from its own
+footprint, so the growth it reports is its own (an interpreter started from
+pytest would carry pytest's peak over ``exec`` and hide growth below it).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
+import shutil
+import signal
 import struct
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -27,12 +39,14 @@ SECONDS = 1.0
 WALL = 10.0
 """Wall-clock time of the refused call: a call that waits on nothing stays far below it."""
 GROWTH = 100 * 2**20
+CHILD_TIMEOUT = 120.0
+"""A case still running after this long is killed (the wall-clock bound is far lower; this one ends a hang)."""
 
-HARNESS = r"""
-import json, os, resource, sys, time, traceback
+ZYGOTE = r"""
+import json, os, resource, signal, sys, time, traceback, warnings
 
-spec = json.loads(sys.argv[1])
-os.chdir(spec["cwd"])
+reply = os.fdopen(os.dup(1), "w")  # one JSON line per case; the test reads nothing else from stdout
+os.dup2(2, 1)  # anything else printed goes with stderr
 import torch  # noqa: F401 - the footprint every command starts from
 from typer.testing import CliRunner
 from alilama_core.app.cli import get_app
@@ -40,36 +54,115 @@ from alilama_core.engine.registry import get_registry
 
 app = get_app()
 get_registry().tables()  # plugins found before the clock starts
-ns = {}
-exec(spec.get("setup", ""), ns)
-with open("/proc/self/status") as f:
-    vm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
-resource.setrlimit(resource.RLIMIT_AS, (vm + (2 << 30), vm + (2 << 30)))
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-start, cpu = time.perf_counter(), time.process_time()
-if spec["kind"] == "cli":
-    result = CliRunner().invoke(app, spec["args"], catch_exceptions=True)
-    exc = result.exception
-    out = {
-        "exit_code": result.exit_code,
-        "output": result.output,
-        "exception": None if exc is None or isinstance(exc, SystemExit) else repr(exc),
-    }
-else:
+folder = sys.argv[1]
+paths = {name: os.path.join(folder, name) for name in ("stdout", "stderr", "result")}
+# the one other thread is OpenBLAS's, which stops before a fork and starts again after it
+warnings.filterwarnings("ignore", message=".*multi-threaded.*fork", category=DeprecationWarning)
+
+
+def run_case(spec):
+    os.chdir(spec["cwd"])
+    os.environ.clear()
+    os.environ.update(spec["env"])
+    ns = {}
+    exec(spec.get("setup", ""), ns)
+    with open("/proc/self/status") as f:
+        vm = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+    resource.setrlimit(resource.RLIMIT_AS, (vm + (2 << 30), vm + (2 << 30)))
+    try:  # the peak starts from here, not from the zygote's (where a kernel carries it over a fork)
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start, cpu = time.perf_counter(), time.process_time()
+    if spec["kind"] == "cli":
+        result = CliRunner().invoke(app, spec["args"], catch_exceptions=True)
+        exc = result.exception
+        out = {
+            "exit_code": result.exit_code,
+            "output": result.output,
+            "exception": None if exc is None or isinstance(exc, SystemExit) else repr(exc),
+        }
+    else:
+        try:
+            exec(spec["code"], ns)
+            out = {"error": None}
+        except Exception as exc:
+            out = {"error": type(exc).__name__, "message": str(exc), "traceback": traceback.format_exc()}
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
+    out.update(seconds=seconds, cpu=cpu, grown=grown)
+    return out
+
+
+def child(spec):
+    code = 1
     try:
-        exec(spec["code"], ns)
-        out = {"error": None}
-    except Exception as exc:
-        out = {"error": type(exc).__name__, "message": str(exc), "traceback": traceback.format_exc()}
-seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
-grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
-out.update(seconds=seconds, cpu=cpu, grown=grown)
-print("RESULT " + json.dumps(out))
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        for fd, name in ((1, "stdout"), (2, "stderr")):
+            os.dup2(os.open(paths[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+        reply.close()
+        result = run_case(spec)
+        with open(paths["result"], "w") as f:
+            json.dump(result, f)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os._exit(code)
+
+
+def tail(path):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()[-3000:]
+    except OSError:
+        return ""
+
+
+for line in sys.stdin:
+    spec = json.loads(line)
+    for path in paths.values():
+        if os.path.exists(path):
+            os.remove(path)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        child(spec)
+    deadline = time.monotonic() + spec["timeout"]
+    killed = False
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            _, status = os.waitpid(pid, 0)
+            killed = True
+            break
+        time.sleep(0.01)
+    answer = {"exit": os.waitstatus_to_exitcode(status), "killed": killed}
+    if not killed and os.path.exists(paths["result"]):
+        with open(paths["result"]) as f:
+            answer["result"] = json.load(f)
+    answer.update(stdout=tail(paths["stdout"]), stderr=tail(paths["stderr"]))
+    reply.write(json.dumps(answer) + "\n")
+    reply.flush()
 """
 
 
-def bounded(spec: dict, cwd: Path) -> dict:
-    """Run one case in a fresh interpreter; its measured result."""
+def case_env(cwd: Path) -> dict[str, str]:
+    """The environment a case runs with: the default limits, and remote code copied under ``cwd``."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
@@ -78,17 +171,87 @@ def bounded(spec: dict, cwd: Path) -> dict:
     for name in list(env):
         if name.startswith("ALILAMA_MAX_"):
             del env[name]  # the default limits
-    proc = subprocess.run(
-        [sys.executable, "-c", HARNESS, json.dumps({**spec, "cwd": str(cwd)})],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        cwd=ROOT,
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    assert lines, f"the case did not finish (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    result = json.loads(lines[-1][len("RESULT ") :])
+    return env
+
+
+class Zygote:
+    """An interpreter that has imported what every case needs and forks a child for each."""
+
+    def __init__(self) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="alilama-zygote-"))
+        self.log = open(self.folder / "zygote.log", "w+", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", ZYGOTE, str(self.folder)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            env=case_env(self.folder),
+            cwd=ROOT,
+            start_new_session=True,  # its children with it, should it have to be killed
+        )
+
+    def run(self, spec: dict, timeout: float) -> dict:
+        """The child's exit status, its output and, when it finished, its result."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            self.proc.stdin.write(json.dumps(spec) + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # it has exited: the read below says so
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if ready else ""
+        if not line:
+            self.close()
+            self.log.seek(0)
+            raise AssertionError(f"the zygote did not answer (exit {self.proc.returncode}):\n{self.log.read()[-3000:]}")
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+    def discard(self) -> None:
+        """Stop it and remove its folder."""
+        self.close()
+        self.log.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+_zygote: Zygote | None = None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_zygote():
+    yield
+    global _zygote
+    if _zygote is not None:
+        _zygote.discard()
+        _zygote = None
+
+
+def measure(spec: dict, cwd: Path, timeout: float = CHILD_TIMEOUT) -> dict:
+    """Run one case in a child of the zygote (started on first use); its measured result."""
+    global _zygote
+    if _zygote is None or _zygote.proc.poll() is not None:
+        if _zygote is not None:
+            _zygote.discard()  # it died on an earlier case
+        _zygote = Zygote()
+    answer = _zygote.run({**spec, "cwd": str(cwd), "env": case_env(cwd), "timeout": timeout}, timeout + 300)
+    how = f"killed after {timeout:.0f} s" if answer["killed"] else f"exit {answer['exit']}"
+    assert "result" in answer, f"the case did not finish ({how}):\n{answer['stdout']}\n{answer['stderr']}"
+    return answer["result"]
+
+
+def bounded(spec: dict, cwd: Path) -> dict:
+    """Run one case in a child of the zygote; its measured result, checked against the bounds."""
+    result = measure(spec, cwd)
     assert result["cpu"] < SECONDS, f"took {result['cpu']:.2f} s of CPU time (bound: {SECONDS} s): {result}"
     assert result["seconds"] < WALL, f"took {result['seconds']:.2f} s (bound: {WALL} s): {result}"
     assert result["grown"] < GROWTH, f"grew {result['grown'] / 2**20:.0f} MiB (bound: 100 MiB): {result}"
@@ -428,3 +591,33 @@ def test_every_limit_is_documented():
     section = doc[doc.index("## Limits") :]
     for name, value in DEFAULTS.items():
         assert f"`{name}`" in section and f"{value:,}" in section, f"{name} ({value:,}) is not in the limits table"
+
+
+# -- the harness itself ------------------------------------------------------------------------------
+
+
+def test_the_harness_catches_growth_cpu_time_a_crash_and_a_hang(tmp_path):
+    with pytest.raises(AssertionError, match=r"grew 3\d\d MiB"):
+        bounded({"kind": "call", "code": "x = b'x' * (300 << 20)"}, tmp_path)
+    spin = "import time\nt = time.process_time()\nwhile time.process_time() - t < 1.2:\n    pass"
+    with pytest.raises(AssertionError, match=r"took 1\.\d\d s of CPU time"):
+        bounded({"kind": "call", "code": spin}, tmp_path)
+    with pytest.raises(AssertionError, match=r"did not finish \(exit 3\):\s+before"):
+        bounded({"kind": "call", "code": "import os\nprint('before', flush=True)\nos._exit(3)"}, tmp_path)
+    with pytest.raises(AssertionError, match=r"did not finish \(exit -11\)"):
+        bounded({"kind": "call", "code": "import ctypes\nctypes.string_at(0)"}, tmp_path)
+    with pytest.raises(AssertionError, match=r"did not finish \(killed after 1 s\)"):
+        measure({"kind": "call", "code": "import time\ntime.sleep(60)"}, tmp_path, timeout=1)
+    assert measure({"kind": "call", "code": "x = b'x' * (3 << 30)"}, tmp_path)["error"] == "MemoryError"
+
+
+def test_each_case_runs_in_its_folder_with_its_own_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("ALILAMA_MAX_N_LAYERS", "5")
+    monkeypatch.setenv("ALILAMA_BOUNDS_MARK", str(tmp_path))
+    code = (
+        "import os\n"
+        "assert os.getcwd() == os.environ['ALILAMA_BOUNDS_MARK'], os.getcwd()\n"
+        "assert os.environ['HF_MODULES_CACHE'] == os.path.join(os.getcwd(), '.hf-modules')\n"
+        "assert 'ALILAMA_MAX_N_LAYERS' not in os.environ"
+    )
+    assert bounded({"kind": "call", "code": code}, tmp_path)["error"] is None
