@@ -236,12 +236,7 @@ def read_folder(path: Path) -> tuple[list[tuple[int, int]], dict[str, int], str]
     cpath = mpath.parent / CONFIG_FILE
     if not cpath.is_file() or (not path.is_dir() and mpath.name != MODEL_FILE):
         return read_model(mpath)  # a lone .model file: nothing recorded to check it against
-    try:
-        config = loads_json(cpath.read_text(encoding="utf-8"), TokenizerError, str(cpath))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise TokenizerError(f"{cpath} is corrupt: {e}") from None
-    if not isinstance(config, dict):
-        raise TokenizerError(f"{cpath} is corrupt: it does not hold a JSON object")
+    config = _config(mpath)
     version = config.get("format_version")
     if isinstance(version, int) and version > NEWEST_FORMAT:
         raise TokenizerError(
