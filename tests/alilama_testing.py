@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import atexit
 import json
+import locale
 import os
+import select
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from importlib import metadata
 from pathlib import Path
@@ -87,14 +93,104 @@ def gpt2_vocab_package() -> Path:
 
 
 def run_cli(*args: str, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    """``alilama ARGS`` as a process of its own, its output captured; forked from a server that has imported
+    torch and the CLI already (tests/cli_server.py) when one runs with this environment and is free, else a
+    fresh interpreter (``ALILAMA_TEST_FRESH_CLI=1``: always)."""
     full_env = {**os.environ, **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-c", "from alilama_core.app.cli import main; main()", *args],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        timeout=timeout,
-    )
+    command = [sys.executable, "-c", "from alilama_core.app.cli import main; main()", *args]
+    if full_env.get("ALILAMA_TEST_FRESH_CLI") != "1" and _SERVER_LOCK.acquire(blocking=False):
+        try:
+            return _cli_server(full_env).run(command, timeout)
+        finally:
+            _SERVER_LOCK.release()
+    return subprocess.run(command, capture_output=True, text=True, env=full_env, timeout=timeout)
+
+
+class ForkServer:
+    """A Python process that forks a child for each request: one JSON line in, one JSON line back
+    (tests/cli_server.py for commands, the bounds tests' zygote). Its log and scratch files in ``folder``."""
+
+    def __init__(self, args: list[str], env: dict[str, str], cwd: Path | None = None, folder: Path | None = None):
+        self.env = env
+        self.folder = folder or Path(tempfile.mkdtemp(prefix="alilama-fork-server-"))
+        self.log = open(self.folder / "server.log", "w+", encoding="utf-8")  # noqa: SIM115 - closed in discard()
+        self.proc = subprocess.Popen(
+            [sys.executable, *args, str(self.folder)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,  # its children with it, should it have to be killed
+        )
+
+    def ask(self, spec: dict, timeout: float) -> dict:
+        """Send one request; its answer, or an AssertionError with the server's log if none comes."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            self.proc.stdin.write(json.dumps(spec) + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # it has exited: the read below says so
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if ready else ""
+        if not line:
+            self.close()
+            self.log.seek(0)
+            raise AssertionError(
+                f"the fork server did not answer (exit {self.proc.returncode}):\n{self.log.read()[-3000:]}"
+            )
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+    def discard(self) -> None:
+        """Stop it and remove its folder."""
+        self.close()
+        self.log.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class CliServer(ForkServer):
+    """tests/cli_server.py, started with one environment; each command a forked child of it."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        super().__init__([str(Path(__file__).with_name("cli_server.py"))], env)
+
+    def run(self, command: list[str], timeout: float) -> subprocess.CompletedProcess:
+        out, err = self.folder / "stdout", self.folder / "stderr"
+        spec = {"args": command[3:], "cwd": os.getcwd(), "timeout": timeout, "stdout": str(out), "stderr": str(err)}
+        answer = self.ask(spec, timeout + 60)
+        encoding = locale.getpreferredencoding(False)
+        stdout, stderr = (p.read_text(encoding=encoding) if p.exists() else "" for p in (out, err))
+        if answer["killed"]:
+            raise subprocess.TimeoutExpired(command, timeout, output=stdout, stderr=stderr)
+        return subprocess.CompletedProcess(command, answer["exit"], stdout, stderr)
+
+
+_SERVER: CliServer | None = None
+_SERVER_LOCK = threading.Lock()
+
+
+def _cli_server(env: dict[str, str]) -> CliServer:
+    """The server for ``env``: the running one, or a new one in its place (one at a time)."""
+    global _SERVER
+    if _SERVER is not None and (_SERVER.env != env or _SERVER.proc.poll() is not None):
+        _SERVER.discard()
+        _SERVER = None
+    if _SERVER is None:
+        _SERVER = CliServer(env)
+        atexit.register(_SERVER.discard)
+    return _SERVER
 
 
 def ok(result: subprocess.CompletedProcess) -> str:

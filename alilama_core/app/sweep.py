@@ -587,7 +587,10 @@ def scheduler_settings(plan: Plan) -> dict[str, Any]:
     cfg = trial_config(plan, plan.trials[0] if plan.trials else corners(plan.space)[0]).train
     if not cfg.max_steps or not cfg.eval_every:
         raise AlilamaError("--scheduler asha needs train.max_steps and train.eval_every (its rungs are evaluations)")
-    asha = ASHAScheduler(time_attr="step", max_t=cfg.max_steps, grace_period=cfg.eval_every)
+    # The trainer ends each trial at max_steps itself: were ASHA to stop a trial on its last evaluation
+    # (stop_last_trials), it would kill the trainer between that row of metrics and final/, a finished trial
+    # left without its final weights.
+    asha = ASHAScheduler(time_attr="step", max_t=cfg.max_steps, grace_period=cfg.eval_every, stop_last_trials=False)
     return {"scheduler": asha, "metric": plan.metric, "mode": plan.mode}
 
 
@@ -633,12 +636,17 @@ def _status_callback(tune, folder: Path, plan: Plan, by_name: dict[str, Trial]):
 
 
 def report(folder: Path, plan: Plan) -> None:
-    """Write results.csv, results.md and results.png; print the table and the best trial with its command."""
+    """Write results.csv, results.md and results.png (and, with a swept seed, the table over seeds as
+    results-seeds.csv and .md); print the table and the best trial with its command."""
     from alilama_core.base.files import atomic_write_text
 
     atomic_write_text(folder / "results.csv", sweeps.table_csv(plan))
     markdown = sweeps.table_markdown(plan)
     atomic_write_text(folder / "results.md", markdown)
+    over_seeds = sweeps.seed_table_rows(plan)
+    if over_seeds is not None:
+        atomic_write_text(folder / "results-seeds.csv", sweeps.as_csv(*over_seeds))
+        atomic_write_text(folder / "results-seeds.md", sweeps.as_markdown(*over_seeds))
     if any(t.metric is not None for t in plan.trials) and plan.space:
         plot_sweep(plan, folder / "results.png")
     sys.stdout.write(markdown)
@@ -655,7 +663,9 @@ def report(folder: Path, plan: Plan) -> None:
         markup=False,
     )
     console.print(
-        f"table: {folder / 'results.md'}, {folder / 'results.csv'}; plot: {folder / 'results.png'}",
+        f"table: {folder / 'results.md'}, {folder / 'results.csv'}"
+        + (f"; over seeds: {folder / 'results-seeds.md'}" if over_seeds is not None else "")
+        + f"; plot: {folder / 'results.png'}",
         highlight=False,
         markup=False,
     )

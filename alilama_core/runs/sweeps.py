@@ -458,7 +458,14 @@ def score_names(plan: Plan) -> list[str]:
 
 
 def table_csv(plan: Plan) -> str:
-    header, rows = table_rows(plan)
+    return as_csv(*table_rows(plan))
+
+
+def table_markdown(plan: Plan) -> str:
+    return as_markdown(*table_rows(plan))
+
+
+def as_csv(header: list[str], rows: list[list[str]]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(header)
@@ -466,14 +473,45 @@ def table_csv(plan: Plan) -> str:
     return buf.getvalue()
 
 
-def table_markdown(plan: Plan) -> str:
-    header, rows = table_rows(plan)
+def as_markdown(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table; counts (rank, step, seeds) right-aligned."""
     lines = [
         "| " + " | ".join(header) + " |",
-        "|" + "|".join("---:" if h in ("rank", "step") else "---" for h in header) + "|",
+        "|" + "|".join("---:" if h in ("rank", "step", "seeds") else "---" for h in header) + "|",
     ]
     lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
+
+
+def seed_table_rows(plan: Plan) -> tuple[list[str], list[list[str]]] | None:
+    """The results over seeds: one row per combination of the other swept fields (in the space's order), the
+    number of seeds that finished, and each value column as ``mean (lowest–highest)`` over them; ``n/a`` where
+    no seed has the value (a learned position table at a length it has no positions for). ``None`` when no
+    field named ``*.seed`` is swept."""
+    if not any(is_seed(k) for k in plan.space):
+        return None
+    fields = [k for k in plan.space if not is_seed(k) and not is_range(plan.space[k])]
+    columns = [plan.metric or "metric", *score_names(plan)]
+    groups: dict[tuple[str, ...], list[Trial]] = {}
+    for t in plan.trials:
+        groups.setdefault(tuple(t.overrides.get(k, "") for k in fields), []).append(t)
+
+    def order(key: tuple[str, ...]) -> list[int]:
+        return [list(plan.space[k]).index(v) if v in plan.space[k] else len(plan.space[k]) for k, v in zip(fields, key)]
+
+    def cell(trials: list[Trial], column: str) -> str:
+        values = [t.metric if column == plan.metric else t.scores.get(column) for t in trials]
+        values = [v for v in values if v is not None and not math.isnan(v)]
+        if not values:
+            return "n/a"
+        return f"{sum(values) / len(values):.4f} ({min(values):.4f}–{max(values):.4f})"
+
+    rows = []
+    for key in sorted(groups, key=order):
+        trials = groups[key]
+        done = [t for t in trials if t.status == DONE]
+        rows.append([*key, str(len(done)), *(cell(done, c) for c in columns)])
+    return [*fields, "seeds", *columns], rows
 
 
 def is_seed(field_name: str) -> bool:

@@ -22,16 +22,13 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import shutil
-import signal
 import struct
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+from alilama_testing import ForkServer
 
 ROOT = Path(__file__).resolve().parents[2]
 SECONDS = 1.0
@@ -47,6 +44,8 @@ import json, os, resource, signal, sys, time, traceback, warnings
 
 reply = os.fdopen(os.dup(1), "w")  # one JSON line per case; the test reads nothing else from stdout
 os.dup2(2, 1)  # anything else printed goes with stderr
+sys.path.insert(0, sys.argv[1])
+from cli_server import wait  # the tests' fork server: a child's status, killed after its timeout
 import torch  # noqa: F401 - the footprint every command starts from
 from typer.testing import CliRunner
 from alilama_core.app.cli import get_app
@@ -54,7 +53,7 @@ from alilama_core.engine.registry import get_registry
 
 app = get_app()
 get_registry().tables()  # plugins found before the clock starts
-folder = sys.argv[1]
+folder = sys.argv[2]
 paths = {name: os.path.join(folder, name) for name in ("stdout", "stderr", "result")}
 # the one other thread is OpenBLAS's, which stops before a fork and starts again after it
 warnings.filterwarnings("ignore", message=".*multi-threaded.*fork", category=DeprecationWarning)
@@ -138,20 +137,10 @@ for line in sys.stdin:
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:
+        os.setpgid(0, 0)
         child(spec)
-    deadline = time.monotonic() + spec["timeout"]
-    killed = False
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            _, status = os.waitpid(pid, 0)
-            killed = True
-            break
-        time.sleep(0.01)
-    answer = {"exit": os.waitstatus_to_exitcode(status), "killed": killed}
+    status, killed = wait(pid, spec["timeout"])
+    answer = {"exit": status, "killed": killed}
     if not killed and os.path.exists(paths["result"]):
         with open(paths["result"]) as f:
             answer["result"] = json.load(f)
@@ -174,57 +163,13 @@ def case_env(cwd: Path) -> dict[str, str]:
     return env
 
 
-class Zygote:
+def start_zygote() -> ForkServer:
     """An interpreter that has imported what every case needs and forks a child for each."""
-
-    def __init__(self) -> None:
-        self.folder = Path(tempfile.mkdtemp(prefix="alilama-zygote-"))
-        self.log = open(self.folder / "zygote.log", "w+", encoding="utf-8")  # noqa: SIM115 - closed in close()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", ZYGOTE, str(self.folder)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self.log,
-            text=True,
-            env=case_env(self.folder),
-            cwd=ROOT,
-            start_new_session=True,  # its children with it, should it have to be killed
-        )
-
-    def run(self, spec: dict, timeout: float) -> dict:
-        """The child's exit status, its output and, when it finished, its result."""
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        try:
-            self.proc.stdin.write(json.dumps(spec) + "\n")
-            self.proc.stdin.flush()
-        except BrokenPipeError:
-            pass  # it has exited: the read below says so
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        line = self.proc.stdout.readline() if ready else ""
-        if not line:
-            self.close()
-            self.log.seek(0)
-            raise AssertionError(f"the zygote did not answer (exit {self.proc.returncode}):\n{self.log.read()[-3000:]}")
-        return json.loads(line)
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            assert self.proc.stdin is not None
-            try:
-                self.proc.stdin.close()
-                self.proc.wait(timeout=10)
-            except (OSError, subprocess.TimeoutExpired):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-
-    def discard(self) -> None:
-        """Stop it and remove its folder."""
-        self.close()
-        self.log.close()
-        shutil.rmtree(self.folder, ignore_errors=True)
+    folder = Path(tempfile.mkdtemp(prefix="alilama-zygote-"))
+    return ForkServer(["-c", ZYGOTE, str(ROOT / "tests")], env=case_env(folder), cwd=ROOT, folder=folder)
 
 
-_zygote: Zygote | None = None
+_zygote: ForkServer | None = None
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -242,8 +187,8 @@ def measure(spec: dict, cwd: Path, timeout: float = CHILD_TIMEOUT) -> dict:
     if _zygote is None or _zygote.proc.poll() is not None:
         if _zygote is not None:
             _zygote.discard()  # it died on an earlier case
-        _zygote = Zygote()
-    answer = _zygote.run({**spec, "cwd": str(cwd), "env": case_env(cwd), "timeout": timeout}, timeout + 300)
+        _zygote = start_zygote()
+    answer = _zygote.ask({**spec, "cwd": str(cwd), "env": case_env(cwd), "timeout": timeout}, timeout + 300)
     how = f"killed after {timeout:.0f} s" if answer["killed"] else f"exit {answer['exit']}"
     assert "result" in answer, f"the case did not finish ({how}):\n{answer['stdout']}\n{answer['stderr']}"
     return answer["result"]
@@ -471,7 +416,6 @@ def craft_safetensors(path: Path, header: dict, data: bytes = b"\0" * 64, length
     ],
 )
 def test_a_safetensors_header_is_checked_against_the_file(work, tmp_path, header, length, phrase):
-    import shutil
 
     run = tmp_path / "run"
     shutil.copytree(work / "run", run)
@@ -505,7 +449,6 @@ def test_model_dimensions_have_documented_limits(work):
 
 
 def test_a_run_whose_config_yaml_claims_a_billion_layers_is_refused(work, tmp_path):
-    import shutil
 
     import yaml
 
@@ -551,7 +494,6 @@ def test_the_remote_code_config_repeats_alilamas_limits():
 @pytest.mark.parametrize("file", ["alilama_tokenizer.json", "tokenizer_config.json"])
 @pytest.mark.parametrize("run", ["run", "taskrun"])  # a BPE tokenizer and a task's symbol tokenizer
 def test_deeply_nested_tokenizer_json_is_refused(work, tmp_path, file, run):
-    import shutil
 
     shutil.copytree(work / run / "tokenizer", tmp_path / "tok")
     (tmp_path / "tok" / file).write_text("[" * 200_000 + "]" * 200_000)

@@ -108,3 +108,43 @@ def test_ranges_on_the_command_line_and_their_mistakes():
     ]:
         with pytest.raises(ConfigError, match=phrase):
             sweeps.split_overrides([bad])
+
+
+def test_asha_never_stops_a_trial_on_its_last_evaluation(sweep_data):
+    """The trainer ends a trial at train.max_steps; had ASHA stopped it on the evaluation logged at that step,
+    the trainer would be killed between that row of metrics and its final weights."""
+    pytest.importorskip("ray.tune", reason="the scheduler is Ray Tune's")
+    from ray.tune.experiment import Trial as TuneTrial
+    from ray.tune.schedulers import TrialScheduler
+
+    from alilama_core.app.sweep import scheduler_settings
+
+    overrides = ["train.max_steps=60", "train.eval_every=10"]
+    plan = make_plan(
+        {"preset": "tiny", "data": str(sweep_data), "scheduler": "asha"}, overrides, {"train.lr": ["1e-3"]}
+    )
+    asha = scheduler_settings(plan)["scheduler"]
+    asha.set_search_properties(plan.metric, plan.mode)
+    trial = TuneTrial("run_trial", config={}, stub=True)
+    asha.on_trial_add(None, trial)
+    actions = [asha.on_trial_result(None, trial, {"step": s, plan.metric: 2.0}) for s in (10, 20, 30, 40, 50, 60)]
+    assert actions == [TrialScheduler.CONTINUE] * 6
+
+
+def test_the_table_over_seeds_groups_the_other_fields_in_the_space_order():
+    space = {"task.name": ["copy", "sort"], "model.positional": ["alibi", "learned"], "train.seed": ["0", "1"]}
+    plan = sweeps.Plan(space=space, metric="exact@16", mode="max", trials=sweeps.expand(space))
+    for i, t in enumerate(plan.trials):
+        t.status = sweeps.DONE
+        t.scores = {"exact@8": 0.5 + i / 100}
+        if t.overrides["model.positional"] != "learned":  # no positions at 16 for the learned table: n/a
+            t.metric = t.scores["exact@16"] = i / 10
+    plan.trials[-1].status = sweeps.FAILED  # sort/learned/seed 1 never finished: one seed counted
+    header, rows = sweeps.seed_table_rows(plan)
+    assert header == ["task.name", "model.positional", "seeds", "exact@16", "exact@8"]
+    assert [r[:3] for r in rows] == [["copy", "alibi", "2"], ["copy", "learned", "2"], ["sort", "alibi", "2"],
+                                     ["sort", "learned", "1"]]  # fmt: skip
+    assert rows[0][3:] == ["0.0500 (0.0000–0.1000)", "0.5050 (0.5000–0.5100)"]
+    assert rows[1][3] == "n/a" and rows[3][4] == "0.5600 (0.5600–0.5600)"
+    assert "| sort | learned | 1 | n/a |" in sweeps.as_markdown(header, rows)
+    assert sweeps.seed_table_rows(sweeps.Plan(space={"train.lr": ["1e-3", "3e-3"]}, metric="val_bpb")) is None

@@ -142,6 +142,11 @@ def test_every_trial_finishes_although_one_was_killed(swept):
     assert "reproduce: alilama train --preset tiny" in stdout
     assert "| rank | val_bpb | model.positional | train.seed |" in (out / "results.md").read_text()
     assert (out / "results.png").stat().st_size > 10_000
+    over_seeds = (out / "results-seeds.md").read_text().splitlines()  # the two seeds of each scheme in one row
+    assert over_seeds[0] == "| model.positional | seeds | val_bpb |" and len(over_seeds) == 4
+    for line, scheme in zip(over_seeds[2:], ["alibi", "rope"]):
+        mine = [t["metric"] for t in record["trials"] if t["overrides"]["model.positional"] == scheme]
+        assert line == f"| {scheme} | 2 | {sum(mine) / 2:.4f} ({min(mine):.4f}–{max(mine):.4f}) |"
 
 
 def test_a_trial_is_an_ordinary_run_with_its_overrides(swept):
