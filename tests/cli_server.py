@@ -21,6 +21,8 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
+from typing import TextIO
 
 
 def wait(pid: int, timeout: float) -> tuple[int, bool]:
@@ -38,10 +40,17 @@ def wait(pid: int, timeout: float) -> tuple[int, bool]:
         time.sleep(0.005)
 
 
-def serve() -> dict | None:
-    """Answer requests until stdin closes (``None``); in a forked child, its request."""
+def reply_channel() -> TextIO:
+    """The replies' stream: the server's stdout as it was started; from here on, whatever else the server
+    prints goes to its stderr (its log), never into the replies. Called before anything is imported."""
     reply = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)  # anything the server prints goes to its log, never into the replies
+    os.dup2(2, 1)
+    return reply
+
+
+def serve(reply: TextIO, extra: Callable[[dict, bool], dict] | None = None) -> dict | None:
+    """Answer requests until stdin closes (``None``); in a forked child, its request. ``extra(spec, killed)``
+    adds to each answer what the child left behind."""
     for line in sys.stdin:
         spec = json.loads(line)
         sys.stdout.flush()
@@ -51,16 +60,19 @@ def serve() -> dict | None:
             reply.close()
             os.setpgid(0, 0)  # its own group, so a timeout kills what it started too
             return spec
+        try:
+            os.setpgid(pid, pid)  # from both sides: the group exists before the parent could kill it
+        except OSError:
+            pass  # the child made it already, or has exited
         status, killed = wait(pid, spec["timeout"])
-        reply.write(json.dumps({"exit": status, "killed": killed}) + "\n")
+        answer = {"exit": status, "killed": killed, **(extra(spec, killed) if extra else {})}
+        reply.write(json.dumps(answer) + "\n")
         reply.flush()
     return None
 
 
-def become(spec: dict) -> None:
-    """In the child: the command's folder, argv and standard streams."""
-    os.chdir(spec["cwd"])
-    sys.argv = ["-c", *spec["args"]]
+def redirect(spec: dict) -> None:
+    """In a child: stdin empty, stdout and stderr (the file descriptors) into the request's files."""
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
@@ -72,12 +84,20 @@ def become(spec: dict) -> None:
         os.close(out)
 
 
+def become(spec: dict) -> None:
+    """In the child: the command's folder, argv and standard streams."""
+    os.chdir(spec["cwd"])
+    sys.argv = ["-c", *spec["args"]]
+    redirect(spec)
+
+
 if __name__ == "__main__":
+    replies = reply_channel()
     import torch  # noqa: F401 - what every command imports first, and the seconds this server saves
 
     import alilama_core.app.cli  # noqa: F401
 
-    request = serve()
+    request = serve(replies)
     if request is None:
         sys.exit(0)
     become(request)

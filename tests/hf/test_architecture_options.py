@@ -11,8 +11,7 @@ remote code for them.
 Each reader Python runs once for the whole module (``read_by_transformers_4``,
 ``read_by_transformers_5``): one process per transformers version reads every
 folder, and each test asserts on its own entry. The ``alilama`` commands run
-once too, all in one process of their own (``commands``), each with its own
-exit status, stdout and stderr.
+once too (``commands``), each a process of its own.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from alilama_testing import NO_ALILAMA, ok
+from alilama_testing import NO_ALILAMA, ok, run_cli
 from hf.conftest import NATIVE_SHAPES, SHAPES
 from hf.test_gguf import F32_TOLERANCE, expected_files, in_llama_cpp
 from hf.test_reader_versions import READERS, TOLERANCE, readers_python
@@ -103,43 +102,6 @@ READ_ALL = NO_ALILAMA + textwrap.dedent(
     """
 )
 
-# Every command of a job in this one process, in order, as ``python -c "...main()" ARGS`` would run it: file
-# descriptors 1 and 2 go to the command's own files, SystemExit and an uncaught exception give its status.
-EVERY_COMMAND = textwrap.dedent(
-    """
-    import json, os, sys, traceback
-    from alilama_core.app.cli import main
-
-    def status(exc):
-        if exc.code is None or isinstance(exc.code, int):
-            return exc.code or 0
-        print(exc.code, file=sys.stderr)
-        return 1
-
-    with open(sys.argv[1], encoding="utf-8") as f:
-        job = json.load(f)
-    saved = os.dup(1), os.dup(2)
-    codes = {}
-    for key, args in job["commands"].items():
-        sys.stdout.flush(), sys.stderr.flush()
-        for fd, suffix in ((1, "out"), (2, "err")):
-            log = os.open(os.path.join(job["logs"], f"{key}.{suffix}"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-            os.dup2(log, fd)
-            os.close(log)
-        try:
-            main(args)
-            codes[key] = 0
-        except SystemExit as exc:
-            codes[key] = status(exc)
-        except Exception:
-            traceback.print_exc()
-            codes[key] = 1
-        sys.stdout.flush(), sys.stderr.flush()
-        os.dup2(saved[0], 1), os.dup2(saved[1], 2)
-    print(json.dumps(codes))
-    """
-)
-
 
 @pytest.fixture(scope="module")
 def option_runs(tmp_path_factory, tokenizer, make_run) -> dict[str, Path]:
@@ -184,7 +146,7 @@ def headless(tmp_path_factory, option_exports) -> dict[str, Path]:
 def commands(tmp_path_factory, option_runs) -> dict[str, tuple[subprocess.CompletedProcess, Path]]:
     """Each ``alilama`` command of the tests below, by key: its result, and the empty folder it was given.
 
-    All run in one fresh process (``EVERY_COMMAND``): the refusals, ``export hf`` of the ``FALLBACK`` runs
+    Each a process of its own (``run_cli``): the refusals, ``export hf`` of the ``FALLBACK`` runs
     (those folders are the ones read back) and, where the reader environment is, ``export onnx``.
     """
     root = tmp_path_factory.mktemp("option-commands")
@@ -201,26 +163,7 @@ def commands(tmp_path_factory, option_runs) -> dict[str, tuple[subprocess.Comple
     for key, args in todo.items():
         folders[key].mkdir()
         args[3] = str(folders[key] / args[3])  # the output, in the command's own folder
-    logs = tmp_path_factory.mktemp("option-command-logs")
-    (logs / "job.json").write_text(json.dumps({"commands": todo, "logs": str(logs)}), encoding="utf-8")
-    proc = subprocess.run(
-        [sys.executable, "-c", EVERY_COMMAND, str(logs / "job.json")],
-        capture_output=True,
-        text=True,
-        timeout=3600,
-        stdin=subprocess.DEVNULL,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    codes = json.loads(proc.stdout.strip().splitlines()[-1])
-    return {
-        key: (
-            subprocess.CompletedProcess(
-                args, codes[key], (logs / f"{key}.out").read_text(), (logs / f"{key}.err").read_text()
-            ),
-            folders[key],
-        )
-        for key, args in todo.items()
-    }
+    return {key: (run_cli(*args, timeout=3600), folders[key]) for key, args in todo.items()}
 
 
 def _read_all(python: Path, folders: dict[str, tuple[Path, Path]], root: Path) -> dict:

@@ -40,12 +40,12 @@ CHILD_TIMEOUT = 120.0
 """A case still running after this long is killed (the wall-clock bound is far lower; this one ends a hang)."""
 
 ZYGOTE = r"""
-import json, os, resource, signal, sys, time, traceback, warnings
+import json, os, resource, sys, time, traceback
 
-reply = os.fdopen(os.dup(1), "w")  # one JSON line per case; the test reads nothing else from stdout
-os.dup2(2, 1)  # anything else printed goes with stderr
 sys.path.insert(0, sys.argv[1])
-from cli_server import wait  # the tests' fork server: a child's status, killed after its timeout
+from cli_server import redirect, reply_channel, serve  # the tests' fork server
+
+replies = reply_channel()
 import torch  # noqa: F401 - the footprint every command starts from
 from typer.testing import CliRunner
 from alilama_core.app.cli import get_app
@@ -53,10 +53,6 @@ from alilama_core.engine.registry import get_registry
 
 app = get_app()
 get_registry().tables()  # plugins found before the clock starts
-folder = sys.argv[2]
-paths = {name: os.path.join(folder, name) for name in ("stdout", "stderr", "result")}
-# the one other thread is OpenBLAS's, which stops before a fork and starts again after it
-warnings.filterwarnings("ignore", message=".*multi-threaded.*fork", category=DeprecationWarning)
 
 
 def run_case(spec):
@@ -98,13 +94,9 @@ def run_case(spec):
 def child(spec):
     code = 1
     try:
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        for fd, name in ((1, "stdout"), (2, "stderr")):
-            os.dup2(os.open(paths[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
-        reply.close()
+        redirect(spec)
         result = run_case(spec)
-        with open(paths["result"], "w") as f:
+        with open(spec["result"], "w") as f:
             json.dump(result, f)
         code = 0
     except SystemExit as exc:
@@ -128,25 +120,19 @@ def tail(path):
         return ""
 
 
-for line in sys.stdin:
-    spec = json.loads(line)
-    for path in paths.values():
-        if os.path.exists(path):
-            os.remove(path)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        os.setpgid(0, 0)
-        child(spec)
-    status, killed = wait(pid, spec["timeout"])
-    answer = {"exit": status, "killed": killed}
-    if not killed and os.path.exists(paths["result"]):
-        with open(paths["result"]) as f:
-            answer["result"] = json.load(f)
-    answer.update(stdout=tail(paths["stdout"]), stderr=tail(paths["stderr"]))
-    reply.write(json.dumps(answer) + "\n")
-    reply.flush()
+def left_behind(spec, killed):  # the child's result (read, then removed for the next case), its output's ends
+    answer = {"stdout": tail(spec["stdout"]), "stderr": tail(spec["stderr"])}
+    if os.path.exists(spec["result"]):
+        if not killed:
+            with open(spec["result"]) as f:
+                answer["result"] = json.load(f)
+        os.remove(spec["result"])
+    return answer
+
+
+spec = serve(replies, left_behind)
+if spec is not None:
+    child(spec)
 """
 
 
@@ -188,7 +174,8 @@ def measure(spec: dict, cwd: Path, timeout: float = CHILD_TIMEOUT) -> dict:
         if _zygote is not None:
             _zygote.discard()  # it died on an earlier case
         _zygote = start_zygote()
-    answer = _zygote.ask({**spec, "cwd": str(cwd), "env": case_env(cwd), "timeout": timeout}, timeout + 300)
+    files = {name: str(_zygote.folder / name) for name in ("stdout", "stderr", "result")}
+    answer = _zygote.ask({**spec, **files, "cwd": str(cwd), "env": case_env(cwd), "timeout": timeout}, timeout + 300)
     how = f"killed after {timeout:.0f} s" if answer["killed"] else f"exit {answer['exit']}"
     assert "result" in answer, f"the case did not finish ({how}):\n{answer['stdout']}\n{answer['stderr']}"
     return answer["result"]
@@ -416,7 +403,6 @@ def craft_safetensors(path: Path, header: dict, data: bytes = b"\0" * 64, length
     ],
 )
 def test_a_safetensors_header_is_checked_against_the_file(work, tmp_path, header, length, phrase):
-
     run = tmp_path / "run"
     shutil.copytree(work / "run", run)
     craft_safetensors(run / "final" / "model.safetensors", header, length=length)
@@ -449,7 +435,6 @@ def test_model_dimensions_have_documented_limits(work):
 
 
 def test_a_run_whose_config_yaml_claims_a_billion_layers_is_refused(work, tmp_path):
-
     import yaml
 
     run = tmp_path / "run"
@@ -494,7 +479,6 @@ def test_the_remote_code_config_repeats_alilamas_limits():
 @pytest.mark.parametrize("file", ["alilama_tokenizer.json", "tokenizer_config.json"])
 @pytest.mark.parametrize("run", ["run", "taskrun"])  # a BPE tokenizer and a task's symbol tokenizer
 def test_deeply_nested_tokenizer_json_is_refused(work, tmp_path, file, run):
-
     shutil.copytree(work / run / "tokenizer", tmp_path / "tok")
     (tmp_path / "tok" / file).write_text("[" * 200_000 + "]" * 200_000)
     output = refused_cli(
