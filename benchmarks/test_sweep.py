@@ -23,7 +23,7 @@ from alilama_bench import FULL
 
 pytest.importorskip("ray.tune", reason="alilama sweep needs the sweep extra (ray[tune])")
 
-STEPS = 150 if FULL else 10
+STEPS = 3000 if FULL else 10  # a trial of tiny trains ~15 s (a study's trials take 30 s and more), not start-up alone
 ROUNDS = 3 if FULL else 1
 SCHEMES, SEEDS = ["alibi", "rope", "learned", "nope"], ["0", "1"]
 if not FULL:  # the test suite's run of the benchmark: its code on 2 trials, no figure

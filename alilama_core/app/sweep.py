@@ -15,7 +15,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -114,12 +113,8 @@ def sweep_cmd(
             raise AlilamaError(f"{out!r} holds no sweep ({sweeps.SWEEP_JSON} missing)")
         refresh(folder, plan)
         return report(folder, plan)
-    files = [a for a in args or [] if "=" not in a]
-    if len(files) > 1:
-        raise AlilamaError(f"give at most one sweep YAML; got {', '.join(files)}")
-    file = sweeps.read_sweep_file(files[0]) if files else {}
-    fixed, space = sweeps.split_overrides([a for a in args or [] if "=" in a])
-    given = dict(
+    plan = plan_from_args(
+        args or [],
         preset=preset,
         config=config,
         data=data,
@@ -136,9 +131,6 @@ def sweep_cmd(
         logger=logger,
         score=None if score is None else sweeps.score_args(score),
     )
-    settings = {k: v for k, v in file.items() if k not in ("space", "overrides")}
-    settings.update({k: v for k, v in given.items() if v is not None})
-    plan = make_plan(settings, [*file.get("overrides", []), *fixed], {**file.get("space", {}), **space})
     with exclusive_lock(folder, what="sweep"):  # a second `alilama sweep` on this folder is refused at once
         start(folder, plan)
         to_run = [t for t in plan.trials if t.status not in (DONE, STOPPED)]
@@ -167,6 +159,28 @@ def sweep_cmd(
 
 
 # -- the plan -------------------------------------------------------------------------------------------------
+
+
+def plan_from_args(args: list[str], **given: Any) -> Plan:
+    """The sweep a command line asks for: at most one sweep YAML, then overrides, then the options given
+    (``None``: the file's or the default). The command line has the last word on a field the file names: a
+    comma list sweeps it over those values, one value narrows the file's sweep to that value (``task.name=copy``
+    runs the file's study for one task), each in the field's place in the file's space."""
+    files = [a for a in args if "=" not in a]
+    if len(files) > 1:
+        raise AlilamaError(f"give at most one sweep YAML; got {', '.join(files)}")
+    file = sweeps.read_sweep_file(files[0]) if files else {}
+    fixed, space = sweeps.split_overrides([a for a in args if "=" in a])
+    file_space = dict(file.get("space", {}))
+    for override in list(fixed):
+        key, _, value = override.partition("=")
+        if key in file_space:
+            file_space[key] = [value]
+            fixed.remove(override)
+    file_fixed = [o for o in file.get("overrides", []) if o.partition("=")[0].strip() not in space]
+    settings = {k: v for k, v in file.items() if k not in ("space", "overrides")}
+    settings.update({k: v for k, v in given.items() if v is not None})
+    return make_plan(settings, [*file_fixed, *fixed], {**file_space, **space})
 
 
 def make_plan(settings: dict[str, Any], overrides: list[str], space: dict[str, list[str]]) -> Plan:
@@ -320,8 +334,7 @@ def run_trial(config: dict[str, Any]) -> None:
             )
             Path(t["pid"]).write_text(str(proc.pid))
             try:
-                while proc.poll() is None:
-                    time.sleep(0.5)
+                while _still_running(proc, 0.5):
                     reported = _report_evaluations(run, metric, reported)
             finally:
                 if proc.poll() is None:  # Tune stopped the trial (ASHA): the trainer checkpoints on SIGTERM
@@ -337,6 +350,15 @@ def run_trial(config: dict[str, Any]) -> None:
         _report({**scores, metric: scores[metric], "step": max(steps, default=0)})
     elif not _report_evaluations(run, metric, reported):
         _report({metric: float("nan"), "step": 0})
+
+
+def _still_running(proc: subprocess.Popen, seconds: float) -> bool:
+    """Wait up to ``seconds`` for ``proc``; ``True`` while it runs (a trial that ends is seen at once)."""
+    try:
+        proc.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        return True
+    return False
 
 
 def score_trial(run: Path, args: list[str], log_path: str) -> dict[str, float]:
@@ -517,6 +539,7 @@ def run_on_ray(
                 max_concurrent_trials=plan.max_concurrent if not search else None,
                 trial_name_creator=_tune_name,
                 trial_dirname_creator=_tune_name,
+                reuse_actors=True,  # a trial's worker takes the next trial: no new process and imports per trial
                 **search,
                 **scheduler_settings(plan),
             ),

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from alilama_core.app.sweep import make_plan
+from alilama_core.app.sweep import make_plan, plan_from_args
 from alilama_core.base.errors import ConfigError
 from alilama_core.runs import sweeps
 
@@ -47,9 +47,27 @@ def test_the_tasks_study_file_is_scored_at_n_2n_4n_and_ranked_by_a_score_column(
     file = sweeps.read_sweep_file(ROOT / "configs" / "sweeps" / "tasks.yaml")
     settings = {k: v for k, v in file.items() if k not in ("space", "overrides")}
     plan = make_plan(settings, file["overrides"], file["space"])
-    assert len(plan.trials) == 36 and plan.metric == "exact@16" and plan.mode == "max"
+    assert len(plan.trials) == 60 and plan.metric == "exact@16" and plan.mode == "max"
     assert plan.score == ["--lengths", "8,16,32", "--examples", "256", "--seed", "0"]
-    assert {t.overrides["task.name"] for t in plan.trials} == {"copy", "reverse", "sort"}
+    assert {t.overrides["task.name"] for t in plan.trials} == {"copy", "reverse", "sort", "addition", "parity"}
+
+
+def test_the_command_line_narrows_or_widens_what_the_file_sweeps_or_sets():
+    """``task.name=copy`` runs the file's study for one task (the field keeps its place, so the trials are the
+    full study's trials of that task, names included); a list on the command line sweeps a field the file sets."""
+    tasks = str(ROOT / "configs" / "sweeps" / "tasks.yaml")
+    full = plan_from_args([tasks])
+    one = plan_from_args([tasks, "task.name=copy", "train.seed=0"])
+    assert list(one.space) == list(full.space) and one.space["task.name"] == ["copy"]
+    assert one.space["train.seed"] == ["0"] and one.overrides == full.overrides
+    assert [t.name for t in one.trials] == [
+        t.name for t in full.trials if t.overrides["task.name"] == "copy" and t.overrides["train.seed"] == "0"
+    ]
+    wider = plan_from_args([tasks, "train.max_steps=500,1000"])
+    assert wider.space["train.max_steps"] == ["500", "1000"] and len(wider.trials) == 2 * len(full.trials)
+    assert not any(o.startswith("train.max_steps=") for o in wider.overrides)
+    with pytest.raises(ConfigError, match="swept twice"):
+        plan_from_args([tasks, "task.name=copy,sort", "task.name=reverse,sort"])
 
 
 def test_a_scoring_step_that_sets_what_the_sweep_sets_is_refused():

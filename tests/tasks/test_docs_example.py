@@ -16,6 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from alilama_core.engine import configs as cfgmod
+from alilama_core.runs import sweeps
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -27,7 +30,7 @@ def _load(name: str):
 
 
 example = _load("check_tasks_example")
-study = _load("study_tasks")
+STUDY = sweeps.read_sweep_file(ROOT / "configs" / "sweeps" / "tasks.yaml")["overrides"]
 
 PAGE = example.DOC.read_text(encoding="utf-8")
 RESULTS = json.loads(example.RESULTS.read_text(encoding="utf-8"))
@@ -108,16 +111,15 @@ def test_every_run_the_block_reads_it_creates_first():
 
 
 def test_the_example_trains_with_the_study_settings_on_one_thread():
-    """The settings that learn sort at length 8 in every run of the study (scripts/study_tasks.py)."""
+    """The settings that learn sort at length 8 in every run of the study (configs/sweeps/tasks.yaml)."""
+    study = cfgmod.apply_overrides(cfgmod.Config(), STUDY)
     trains = [example.parse(a)[1]["built_config"] for a in COMMANDS if example.run_created(a)]
     for cfg in trains:
-        assert cfg.task.name == "sort" and cfg.task.lengths == "1-8"
-        for key, value in study.MODEL.items():
-            if key != "attention":  # the study's auto picks a backend; any exact one computes the same model
-                assert getattr(cfg.model, key) == value, key
-        for key in ("batch_size", "lr", "min_lr", "warmup_steps"):
-            assert getattr(cfg.train, key) == study.TRAIN[key], key
-        assert cfg.train.max_steps == 1000  # study_tasks.py --steps default
+        assert cfg.task.name == "sort" and cfg.task.lengths == study.task.lengths == "1-8"
+        for key in ("d_model", "n_heads", "n_layers", "d_mlp"):  # the study's `auto` picks a backend; any
+            assert getattr(cfg.model, key) == getattr(study.model, key), key  # exact one computes the same
+        for key in ("batch_size", "lr", "min_lr", "warmup_steps", "max_steps"):
+            assert getattr(cfg.train, key) == getattr(study.train, key), key
         assert cfg.train.threads == 1
     assert {cfg.model.positional for cfg in trains} == {"nope", "alibi"}
 
