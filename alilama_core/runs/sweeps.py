@@ -428,13 +428,16 @@ def ranked(plan: Plan) -> list[Trial]:
 
 
 def table_rows(plan: Plan) -> tuple[list[str], list[list[str]]]:
-    """The results table: header and rows (rank, the metric, each swept field, step, status, trial folder)."""
+    """The results table: header and rows (rank, the metric, each swept field, step, status, trial folder). A
+    value a finished trial does not have is ``n/a`` (a learned position table at a length it has no positions
+    for), one it does not have yet is empty."""
     extra = score_names(plan)
     header = ["rank", plan.metric or "metric", *plan.space, *extra, "step", "status", "trial"]
     rows = []
     for rank, t in enumerate(ranked(plan), 1):
-        value = "" if t.metric is None else f"{t.metric:.4f}"
-        scores = [f"{t.scores[k]:.4f}" if k in t.scores else "" for k in extra]
+        missing = "n/a" if t.status == DONE else ""
+        value = missing if t.metric is None else f"{t.metric:.4f}"
+        scores = [f"{t.scores[k]:.4f}" if k in t.scores else missing for k in extra]
         rows.append(
             [
                 str(rank),

@@ -158,6 +158,11 @@ def test_the_table_over_seeds_groups_the_other_fields_in_the_space_order():
         if t.overrides["model.positional"] != "learned":  # no positions at 16 for the learned table: n/a
             t.metric = t.scores["exact@16"] = i / 10
     plan.trials[-1].status = sweeps.FAILED  # sort/learned/seed 1 never finished: one seed counted
+    header, rows = sweeps.table_rows(plan)  # the table of trials: n/a where a finished trial has no value
+    by_trial = {row[-1]: dict(zip(header, row)) for row in rows}
+    assert by_trial[plan.trials[-2].name]["exact@16"] == "n/a"  # done, learned
+    assert by_trial[plan.trials[-1].name]["exact@16"] == ""  # failed: not known
+    assert by_trial[plan.trials[0].name]["exact@16"] == "0.0000"
     header, rows = sweeps.seed_table_rows(plan)
     assert header == ["task.name", "model.positional", "seeds", "exact@16", "exact@8"]
     assert [r[:3] for r in rows] == [["copy", "alibi", "2"], ["copy", "learned", "2"], ["sort", "alibi", "2"],
