@@ -23,6 +23,7 @@ import torch
 from alilama_core import ModelConfig, build_model
 from alilama_core.kit.common import tiny_model_config
 
+ROOT = Path(__file__).resolve().parents[1]
 SCHEMES = ["alibi", "rope", "learned", "nope"]
 
 # `alilama train` arguments for a tiny text run that evaluates and checkpoints often (add train.max_steps).
@@ -191,6 +192,23 @@ def _cli_server(env: dict[str, str]) -> CliServer:
         _SERVER = CliServer(env)
         atexit.register(_SERVER.discard)
     return _SERVER
+
+
+def documented_sweep(page: str, sweep_file: str) -> tuple[list[str], list[str]]:
+    """A page's one ``alilama sweep SWEEP_FILE ...`` command line: its words after ``alilama``, and the sweep
+    file and overrides alone (its ``--options`` and their values left out), as ``plan_from_args`` takes them."""
+    import shlex
+
+    lines = [line for line in page.splitlines() if line.startswith(f"alilama sweep {sweep_file}")]
+    assert len(lines) == 1, f"the page shows the one command that ran {sweep_file}"
+    args = shlex.split(lines[0].split("#")[0])[1:]
+    words, skip = [], False
+    for arg in args[1:]:
+        if skip or arg.startswith("--"):
+            skip = not skip and arg.startswith("--") and "=" not in arg
+            continue
+        words.append(str(ROOT / arg) if arg.endswith(".yaml") else arg)
+    return args, words
 
 
 def ok(result: subprocess.CompletedProcess) -> str:

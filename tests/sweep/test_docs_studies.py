@@ -4,10 +4,10 @@ the overrides the page's command adds. (docs/tasks.md's study: tests/tasks/test_
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
 import pytest
+from alilama_testing import documented_sweep
 
 from alilama_core.app.sweep import plan_from_args
 from alilama_core.runs import sweeps
@@ -32,12 +32,6 @@ def recorded(name: str) -> sweeps.Plan:
     return plan
 
 
-def page_command(name: str) -> list[str]:
-    lines = [line for line in PAGE.splitlines() if line.startswith(f"alilama sweep configs/sweeps/{name}.yaml")]
-    assert len(lines) == 1, f"the page shows the one command that made the {name} table"
-    return shlex.split(lines[0].split("#")[0])[1:]
-
-
 @pytest.mark.parametrize("name", STUDIES)
 def test_the_page_shows_the_sweeps_own_table_from_its_record(name):
     plan = recorded(name)
@@ -53,14 +47,8 @@ def test_the_page_shows_the_sweeps_own_table_from_its_record(name):
 def test_the_record_is_the_sweep_the_pages_command_asks_for(name, sweep_data):
     """Built from the page's command as ``alilama sweep`` builds it, on other data (the record's data folder is
     a path on the machine that ran it): the same overrides, space, search and trials."""
-    args = page_command(name)
+    args, words = documented_sweep(PAGE, f"configs/sweeps/{name}.yaml")
     assert "--data" in args and "--out" in args
-    words, skip = [], False
-    for arg in args[1:]:  # the sweep file and the overrides, without the options and their values
-        if skip or arg.startswith("--"):
-            skip = not skip and arg.startswith("--")
-            continue
-        words.append(str(ROOT / arg) if arg.endswith(".yaml") else arg)
     asked = plan_from_args(words, data=str(sweep_data))
     plan = recorded(name)
     same = [k for k in sweeps.IDENTITY if k != "data"]

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 from pathlib import Path
 
 import pytest
-from alilama_testing import run_cli
+from alilama_testing import documented_sweep, run_cli
 
 from alilama_core.app.sweep import plan_from_args
 from alilama_core.runs import sweeps
@@ -28,25 +27,6 @@ def recorded() -> sweeps.Plan:
     return plan
 
 
-def page_command() -> list[str]:
-    """The page's command for the study, as words after ``alilama``."""
-    study = PAGE[PAGE.index("## The study") : PAGE.index(BEGIN)]
-    lines = [line for line in study.splitlines() if line.startswith("alilama sweep configs/sweeps/tasks.yaml")]
-    assert len(lines) == 1, "the study section shows the one command that made its table"
-    return shlex.split(lines[0].split("#")[0])[1:]
-
-
-def positional(args: list[str]) -> list[str]:
-    """The sweep file and overrides of a `sweep` command line (its options and their values left out)."""
-    out, skip = [], False
-    for arg in args[1:]:
-        if skip or arg.startswith("--"):
-            skip = not skip and arg.startswith("--") and "=" not in arg
-            continue
-        out.append(arg)
-    return out
-
-
 def test_the_page_shows_the_sweeps_table_over_seeds_from_its_record():
     block = PAGE[PAGE.index(BEGIN) + len(BEGIN) : PAGE.index(END)]
     header, rows = sweeps.seed_table_rows(recorded())
@@ -56,9 +36,10 @@ def test_the_page_shows_the_sweeps_table_over_seeds_from_its_record():
 
 
 def test_the_record_is_the_sweep_the_pages_command_asks_for():
-    args = page_command()
-    assert args[:2] == ["sweep", "configs/sweeps/tasks.yaml"] and "--out" in args
-    asked = plan_from_args([str(ROOT / a) if a.endswith(".yaml") else a for a in positional(args)])
+    study = PAGE[PAGE.index("## The study") : PAGE.index(BEGIN)]
+    args, words = documented_sweep(study, "configs/sweeps/tasks.yaml")
+    assert "--out" in args
+    asked = plan_from_args(words)
     plan = recorded()
     assert plan.identity() == asked.identity()
     assert plan.score == asked.score and plan.metric == "exact@16"
