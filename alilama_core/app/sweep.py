@@ -233,10 +233,20 @@ def make_plan(settings: dict[str, Any], overrides: list[str], space: dict[str, l
         _check_optuna()
     for trial in plan.trials or corners(plan.space):
         try:
-            trial_config(plan, trial)
-        except ConfigError as exc:
+            check_trial(plan, trial_config(plan, trial))
+        except AlilamaError as exc:
             raise AlilamaError(f"trial {' '.join(trial.args()) or '(no overrides)'}: {exc}") from None
     return plan
+
+
+def check_trial(plan: Plan, cfg) -> None:
+    """What a trial trains on, said before Ray starts: its task by a registered name, else --data."""
+    if cfg.task.name:
+        from alilama_core.runs.tasks import get_task
+
+        get_task(cfg.task.name)  # an unknown task names the ones there are
+    elif not plan.data and not plan.task:
+        raise ConfigError("it trains on no task (task.name is empty) and no --data; give one of them")
 
 
 def corners(space: dict[str, Any]) -> list[Trial]:

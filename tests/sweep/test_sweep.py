@@ -210,6 +210,24 @@ def test_bad_overrides_are_refused_before_anything_runs(sweep_data, tmp_path, ex
 
 
 @pytest.mark.parametrize(
+    "extra, says",
+    [
+        (["task.name=sorting"], "unknown task 'sorting'; available: addition, copy"),
+        (["task.name=copy,sorting"], "unknown task 'sorting'"),
+        (["task.name="], "trains on no task (task.name is empty) and no --data"),
+    ],
+)
+def test_a_task_sweep_with_a_bad_task_is_refused_before_anything_runs(tmp_path, extra, says):
+    """The tasks study narrowed or widened to a task that does not exist: said before Ray starts, nothing written."""
+    tasks = str(Path(__file__).resolve().parents[2] / "configs" / "sweeps" / "tasks.yaml")
+    result = cli("sweep", tasks, "--out", str(tmp_path / "s"), *extra)
+    assert result.exit_code == 1
+    assert says in result.output
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize(
     "text, says",
     [
         ("space: [model.positional\n", "is not valid YAML (line 2)"),
