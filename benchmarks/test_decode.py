@@ -73,7 +73,7 @@ def _rounds(runners: dict, rounds: int) -> tuple[dict[str, float], dict[str, obj
 def test_generate_batch_1(benchmark, model):
     prompt = [torch.randint(0, 4096, (16,), generator=torch.Generator().manual_seed(0)).tolist()]
     start = time.perf_counter()
-    step, reason = dec.compiled_step(model, 1)
+    step, reason = dec.compiled_step(model)
     assert reason is None, reason
     built = time.perf_counter() - start
     runners = {
@@ -102,7 +102,7 @@ def test_continuous_batch_16_rows(benchmark, model):
     prompts = [torch.randint(0, 4096, (16,), generator=torch.Generator().manual_seed(i)).tolist() for i in range(ROWS)]
     settings = SamplingSettings(max_new_tokens=BATCH_TOKENS, temperature=0)
     start = time.perf_counter()
-    step, reason = dec.compiled_step(model, ROWS)
+    step, reason = dec.compiled_step(model)
     assert reason is None, reason
     built = time.perf_counter() - start
 

@@ -113,7 +113,7 @@ def generation(new_tokens: int, rounds: int) -> None:
     prompt = [[1, 2, 3, 4, 5, 6, 7, 8]]
     torch._inductor.config.cpp_wrapper = True
     wrapped = torch.compile(dec.DecodeStep(model), fullgraph=True, dynamic=True)  # the filled width grows each step
-    key = dec.package_key(model, 1)
+    key = dec.package_key(model)
 
     def with_torch_compile(settings):
         dec._LOADED[key] = wrapped  # the step decode="compiled" runs, for this call
@@ -129,7 +129,7 @@ def generation(new_tokens: int, rounds: int) -> None:
     eager = SamplingSettings(max_new_tokens=new_tokens, temperature=0.0, decode="eager")
     compiled = SamplingSettings(max_new_tokens=new_tokens, temperature=0.0, decode="compiled")
     start = time.perf_counter()
-    package, reason = dec.compiled_step(model, 1)
+    package, reason = dec.compiled_step(model)
     if package is None:
         raise SystemExit(f"the decode step did not compile: {reason}")
     built = time.perf_counter() - start

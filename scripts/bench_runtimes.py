@@ -104,7 +104,7 @@ RUNNERS = {
         STARTED = time.perf_counter()
         run = load_run(path)
         attach(run)  # its packages are in RUN/compiled
-        plan = decode_plan(run.model, 1, "auto")  # loads the cached package
+        plan = decode_plan(run.model, "auto")  # loads the cached package
         EXTRA["path"] = plan.path if plan.reason is None else f"{plan.path} ({plan.reason})"
         settings = SamplingSettings(max_new_tokens=n, temperature=0)
         timed(lambda: alilama_generate(run.model, [prompt], settings, eot_id=None)[0])

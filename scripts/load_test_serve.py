@@ -11,6 +11,11 @@ then generate NEW_TOKENS with transformers' ``generate()``, one request at a
 time, for the comparison::
 
     .venv/bin/python scripts/load_test_serve.py [--threads 2] [--out docs/figures/serving.json]
+
+``--before TREE`` adds the server of another source tree (an earlier revision,
+``git worktree add /tmp/alilama-before REV``) with ``--decode eager``, loaded as
+``scripts/compare_revisions.py`` loads a tree, so that the servers of two
+revisions are measured in the same run, round by round.
 """
 
 from __future__ import annotations
@@ -113,18 +118,28 @@ def transformers_one_at_a_time(run: Path, root: Path, threads: int, requests: in
     return round(requests * NEW_TOKENS / (time.perf_counter() - start), 1)
 
 
-def start_server(run: Path, threads: int, decode: str):
-    """``alilama serve RUN`` on a free loopback port with ``--decode``; (process, url) once /health answers."""
+def start_server(run: Path, threads: int, decode: str, tree: Path | None = None):
+    """``alilama serve RUN`` on a free loopback port with ``--decode`` (from source ``tree`` if given); (process,
+    url) once /health answers."""
+    import os
+
     import httpx
+
+    from compare_revisions import PRELUDE, extensions
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
     command = [sys.executable, "-c", "from alilama_core.app.cli import main; main()", "serve", str(run)]
+    env = dict(os.environ)
+    if tree is not None:  # argv[1] is the tree for the prelude; the command line then starts at argv[2]
+        code = PRELUDE + "\nsys.argv[1:2] = []\nfrom alilama_core.app.cli import main; main()"
+        command = [sys.executable, "-c", code, str(tree.resolve()), "serve", str(run)]
+        env["ALILAMA_SO"] = json.dumps(extensions())
     flags = ["--port", str(port), "--threads", str(threads), "--max-batch", "16", "--max-tokens", "128"]
     server = subprocess.Popen(
-        [*command, *flags, "--decode", decode], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        [*command, *flags, "--decode", decode], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
     )
     deadline = time.monotonic() + 600  # --decode compiled builds the 16-row step first (once per run)
     while True:
@@ -143,6 +158,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="Interleaved rounds per client count (medians).")
     parser.add_argument("--decode", nargs="+", default=["eager", "compiled"], help="The servers to compare.")
     parser.add_argument("--no-transformers", action="store_true", help="Skip the transformers baseline.")
+    parser.add_argument("--before", type=Path, help="Also serve this source tree (an earlier revision), eagerly.")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "figures" / "serving.json")
     args = parser.parse_args()
     import os
@@ -152,10 +168,12 @@ def main() -> None:
         run = make_run(Path(tmp))
         servers = {}
         try:
-            for decode in args.decode:  # one after another: a compiled server builds its step at start-up
+            starts = [(f"before {args.before.name}", "eager", args.before)] if args.before else []
+            starts += [(decode, decode, None) for decode in args.decode]
+            for label, decode, tree in starts:  # one after another: a compiled server builds its step at start-up
                 started = time.perf_counter()
-                servers[decode] = start_server(run, args.threads, decode)
-                print(f"{decode} server ready in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+                servers[label] = start_server(run, args.threads, decode, tree)
+                print(f"{label} server ready in {time.perf_counter() - started:.1f} s", file=sys.stderr)
             for _, url in servers.values():
                 asyncio.run(round_of(url, 1))  # warm-up
             measured = {d: {n: [] for n in CLIENTS} for d in servers}
@@ -185,7 +203,7 @@ def main() -> None:
     for decode, table in rows.items():
         for r in table:
             print(
-                f"| --decode {decode} | {r['clients']} | {r['tokens_per_s']:,.0f} | {r['ttft_ms_p50']:.0f} / "
+                f"| {decode} | {r['clients']} | {r['tokens_per_s']:,.0f} | {r['ttft_ms_p50']:.0f} / "
                 f"{r['ttft_ms_p95']:.0f} | {r['token_ms_p50']:.1f} / {r['token_ms_p95']:.1f} | {r['failed']} |"
             )
     if baseline is not None:
@@ -194,8 +212,18 @@ def main() -> None:
         ratio = rows["compiled"][-1]["tokens_per_s"] / rows["eager"][-1]["tokens_per_s"]
         ttft = rows["compiled"][-1]["ttft_ms_p95"] / rows["eager"][-1]["ttft_ms_p95"]
         print(f"\n16 clients, compiled / eager: {ratio:.2f}x tokens/s, first-token p95 {ttft:.2f}x")
+    for label in (label for label in rows if label.startswith("before")):
+        for decode in ("eager", "compiled"):
+            if decode in rows:
+                ratio = rows[decode][-1]["tokens_per_s"] / rows[label][-1]["tokens_per_s"]
+                ttft = rows[decode][-1]["ttft_ms_p95"] / rows[label][-1]["ttft_ms_p95"]
+                print(f"16 clients, {decode} / {label}: {ratio:.2f}x tokens/s, first-token p95 {ttft:.2f}x")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     record = {"threads": args.threads, "rounds": args.rounds, "load": os.getloadavg()[0], "rows": rows}
+    if args.before:
+        record["before"] = subprocess.run(
+            ["git", "-C", str(args.before), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
     args.out.write_text(json.dumps({**record, "transformers": baseline}, indent=2) + "\n")
 
 

@@ -60,7 +60,7 @@ def chat_cmd(
         decode=check_decode(decode),
     ).validate()
     loaded = load_to_sample(run, checkpoint, device, threads)
-    setup_decode(loaded, decode, batch=1)
+    setup_decode(loaded, decode)
     settings.validate(loaded.model.config.vocab_size)
     interactive = sys.stdin.isatty()
     if interactive:

@@ -125,7 +125,7 @@ def generate_cmd(
             force_attention=force_attention,
         )
     plain_line(describe_loaded(loaded, where, n_threads, ("short", "decode")))
-    setup_decode(loaded, decode, batch=1)
+    setup_decode(loaded, decode)
 
     room = position_room(loaded.model, len(loaded.tokenizer.encode(text, allowed_special="all")) or 1)
     if room is not None and 0 < room < max_new_tokens:

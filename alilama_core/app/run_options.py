@@ -65,7 +65,7 @@ def check_decode(decode: str) -> str:
     return decode
 
 
-def setup_decode(loaded, decode: str, batch: int = 1) -> None:
+def setup_decode(loaded, decode: str) -> None:
     """Keep ``loaded``'s compiled decode steps in its run folder, build one for ``--decode compiled``, and say
     on stderr which path decodes (and why not the compiled one)."""
     from alilama_core.engine.decode import NOT_BUILT, decode_plan
@@ -74,11 +74,11 @@ def setup_decode(loaded, decode: str, batch: int = 1) -> None:
     check_decode(decode)
     attach(loaded)
     if decode == "compiled":
-        plain_line(f"decode: building or loading the compiled step for {batch} row(s) (once per run and machine)")
-        seconds, reason = prepare(loaded, batch=batch)
+        plain_line("decode: building or loading the compiled step (once per run and machine)")
+        seconds, reason = prepare(loaded)
         if reason is None:
             plain_line(f"decode: compiled step ready in {seconds:.1f} s")
-    plan = decode_plan(loaded.model, batch, decode)
+    plan = decode_plan(loaded.model, decode)
     if plan.path == "compiled":
         plain_line("decode: compiled (a static-cache step; --decode eager to compare)")
     elif decode == "auto" and plan.reason and plan.reason.startswith(NOT_BUILT):

@@ -84,7 +84,7 @@ def serve_cmd(
         body_seconds=body_timeout,
     )
     limits.check(loaded.model)
-    setup_decode(loaded, decode, batch=max_batch)
+    setup_decode(loaded, decode)
     model_id = Path(run).resolve().name
     if api_key is None and not _loopback(host):
         err_console.print(

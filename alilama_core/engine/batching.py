@@ -11,6 +11,14 @@ ends (end-of-text, its ``max_new_tokens``, the end of a bounded position
 table) or is dropped by its caller (``leave``: a client went away) frees its
 row at once; the next ``join`` takes it.
 
+With the compiled decode step (``decode``, ``alilama_core.engine.decode``) the
+batch's static cache holds as many rows as the next power of two above the
+sequences in it (at most ``rows``): a step computes those rows alone, so one
+client costs a one-row step, not a ``rows``-row one. The cache moves to more
+rows when a sequence joins a full one and to fewer when sequences leave, the
+live rows packed first (``StaticCache.move_rows``; each size's cache is kept for
+the next time); one package serves every size.
+
 The batch's cache is ``capacity`` positions wide. Each step adds one column
 for every row; when the columns run out, the ones no live row still uses are
 dropped from the left. A sequence longer than ``capacity`` ends with
@@ -122,11 +130,13 @@ class ContinuousBatch:
         self.device = next(model.parameters()).device
         self.cache = KVCache()
         self.reserved = False
-        self.compiled = decode_step(model, rows, check_choice(decode))
-        """The compiled step (``engine.decode``) over every row, or ``None``: ``GPT.forward`` over the rows in use."""
+        self.compiled = decode_step(model, check_choice(decode))
+        """The compiled step (``engine.decode``) over the static cache's rows, or ``None``: ``GPT.forward`` over
+        the rows in use."""
         self.static: StaticCache | None = None
-        if self.compiled is not None:  # all rows, every column, allocated once: one shape for every step
-            self.static = StaticCache.for_model(model, rows, capacity_for(model, capacity))
+        if self.compiled is not None:  # every column allocated once; rows as the sequences need (``_regroup``)
+            self.static = StaticCache.for_model(model, 1, capacity_for(model, capacity))
+            self._statics = {1: self.static}  # a cache per number of rows, allocated at its first use
             self.cache = self.static.kv_cache()
             self.reserved = True
         self.mask = torch.zeros(rows, capacity, dtype=torch.bool, device=self.device)
@@ -184,6 +194,8 @@ class ContinuousBatch:
         logits = self.model(ids, cache=own, logits_to_keep=0 if scored else 1)  # (1, T or 1, V)
         prompt_scores = score_tokens(logits[0], prompt, logprobs or 0) if scored else None
         logits = logits[:, -1]  # (1, V)
+        if self.static is not None and len(self.live) == self.static.batch:  # every row of the cache is taken
+            self._regroup(self._bucket(len(self.live) + 1))
         row = min(set(range(self.rows)) - {s.row for s in self.live.values()})
         limit = settings.max_new_tokens if room is None else min(settings.max_new_tokens, room)
         seq = Sequence(
@@ -208,6 +220,8 @@ class ContinuousBatch:
         if self.length + 1 > self.capacity:
             self._compact()
         if self.static is not None:
+            if (bucket := self._bucket(len(self.live))) < self.static.batch:
+                self._regroup(bucket)  # sequences left: step fewer rows
             return self._compiled_step()
         used = 1 + max(seq.row for seq in self.live.values())  # rows above the last live one are not computed
         inputs = torch.zeros(used, 1, dtype=torch.long, device=self.device)
@@ -229,9 +243,30 @@ class ContinuousBatch:
 
     # -- inside -------------------------------------------------------------------------------------
 
+    def _bucket(self, sequences: int) -> int:
+        """The rows of the compiled step's cache for ``sequences`` live ones: the next power of two, at most ``rows``."""
+        return min(self.rows, 1 << max(sequences - 1, 0).bit_length())
+
+    def _regroup(self, bucket: int) -> None:
+        """Move the live sequences to the first rows of a static cache of ``bucket`` rows, in their order."""
+        sequences = sorted(self.live.values(), key=lambda seq: seq.row)
+        rows = [seq.row for seq in sequences]
+        target = self._statics.get(bucket)
+        if target is None:
+            target = self._statics[bucket] = StaticCache.for_model(self.model, bucket, self.static.capacity)
+        self.static.move_rows(rows, target, self.length)
+        self.static = target
+        index = torch.tensor(rows, dtype=torch.long, device=self.device)
+        self.mask[: len(rows)] = self.mask[index]  # a copy first: rows only move down or stay
+        self.positions[: len(rows)] = self.positions[index]
+        for row, seq in enumerate(sequences):
+            seq.row = row
+        self.cache = self.static.kv_cache(self.length)
+
     def _compiled_step(self) -> list[Event]:
-        """``step`` through the compiled step: every row, the static cache; free rows compute and are ignored."""
-        pending, live = [0] * self.rows, [0] * self.rows
+        """``step`` through the compiled step: the static cache's rows; free ones compute and are ignored."""
+        rows = self.static.batch
+        pending, live = [0] * rows, [0] * rows
         for seq in self.live.values():
             pending[seq.row], live[seq.row] = seq.pending, 1
         inputs = torch.tensor(pending, dtype=torch.long, device=self.device)[:, None]  # (rows, 1): two tensors a step,
@@ -239,10 +274,10 @@ class ContinuousBatch:
         self.mask[:, self.length] = True  # as the eager step: every row sees this step's own column
         column = torch.tensor([self.length], device=self.device)
         width = step_width(self.model, self.length, self.static.capacity)  # the columns in use
-        visible = torch.zeros(self.rows, width, dtype=torch.bool, device=self.device)  # (rows, W), contiguous
+        visible = torch.zeros(rows, width, dtype=torch.bool, device=self.device)  # (rows, W), contiguous
         filled = min(width, self.capacity)  # CUDA reads its whole bucket: the columns past ours stay hidden
-        visible[:, :filled] = self.mask[:, :filled]
-        positions = self.positions[:, None] * alive  # a free row's position stays inside any position table
+        visible[:, :filled] = self.mask[:rows, :filled]
+        positions = self.positions[:rows, None] * alive  # a free row's position stays inside any position table
         logits, keys, values = self.compiled(inputs, column, positions, visible, *self.static.view(width))
         self.static.write(column, keys, values)
         self.length += 1

@@ -7,11 +7,12 @@ cache is allocated once at its capacity (``StaticCache``: keys and values
 prefix of the buffers and so a contiguous tensor, with the padded ones masked,
 and returns its keys and values for a column given as a tensor, so every step
 of a sequence runs the same code, compiled once with the width of the filled
-part as its one dynamic dimension::
+part and the number of rows as its dynamic dimensions (one package per model
+serves a sequence alone and a running batch of any size)::
 
     cache = StaticCache.for_model(model, batch=1, capacity=272)
     logits = model(prompt, cache=cache.kv_cache())         # prefill, eager, in one call
-    step, why_not = compiled_step(model, batch=1)          # or DecodeStep(model), uncompiled
+    step, why_not = compiled_step(model)                   # or DecodeStep(model), uncompiled
     width = step_width(model, column, cache.capacity)     # the filled columns (at least 2)
     logits, keys, values = step(token, column, positions, visible[:, :width], *cache.view(width))
     cache.write(column, keys, values)
@@ -90,6 +91,13 @@ class StaticCache:
         self.keys.index_copy_(0, column, keys)
         self.values.index_copy_(0, column, values)
 
+    def move_rows(self, rows: list[int], into: "StaticCache", width: int) -> None:
+        """Copy this cache's ``rows`` into the first rows of ``into``, their first ``width`` columns: a running
+        batch moves to a cache of fewer rows, or more, as sequences leave and join."""
+        index = torch.tensor(rows, dtype=torch.long, device=self.keys.device)
+        into.keys[:width, :, : len(rows)] = self.keys[:width, :, index]
+        into.values[:width, :, : len(rows)] = self.values[:width, :, index]
+
     def kv_cache(self, length: int = 0) -> KVCache:
         """A ``KVCache`` over these buffers, ``length`` positions filled (its writes land here)."""
         cache = KVCache(capacity=self.capacity)
@@ -157,7 +165,7 @@ class DecodeStep(nn.Module):
 DecodeChoice = Literal["auto", "eager", "compiled"]
 DECODE_CHOICES: tuple[str, ...] = ("auto", "eager", "compiled")
 """``eager``: ``GPT.forward`` on a growing ``KVCache`` (the reference). ``compiled``: the ``DecodeStep``
-compiled (an AOTInductor package on CPU, built once per model and batch size and kept in the run
+compiled (an AOTInductor package on CPU, built once per model, for any number of rows, and kept in the run
 folder when one is attached, ``alilama_core.runs.compiled``; CUDA graphs through ``torch.compile`` on
 CUDA), built if need be. ``auto``: the compiled step when it is ready without compiling (built
 earlier in this process or cached in the run folder; loading a package takes milliseconds), else eager."""
@@ -165,6 +173,9 @@ earlier in this process or cached in the run folder; loading a package takes mil
 SAMPLE_CAPACITY = 64
 """The cache width the package is traced at; the width is a dynamic dimension, so one package serves any."""
 MAX_CAPACITY = 1 << 20
+SAMPLE_ROWS = 4
+"""The rows the package is traced with; the rows are a dynamic dimension too (``build_package``)."""
+MAX_ROWS = 1 << 12
 INDUCTOR_CONFIGS = {
     "freezing": True,
     "max_autotune": True,
@@ -300,16 +311,16 @@ def _model_file() -> str:
     return model_module.__file__
 
 
-def package_key(model: GPT, batch: int) -> str:
-    """What a package is valid for: torch, the machine, the code, the config, the weights, dtype and batch size."""
+def package_key(model: GPT) -> str:
+    """What a package is valid for: torch, the machine, the code, the config, the weights and dtype (any batch size)."""
     tensors = sorted(model.state_dict(keep_vars=True).items())
     state = tuple((name, id(t), t.data_ptr(), t._version) for name, t in tensors)
     with _LOCK:
         seen = _KEYS.get(model)
         if seen is None or seen[0] != state:
-            seen = _KEYS[model] = (state, {})
-        if batch in seen[1]:
-            return seen[1][batch]
+            seen = _KEYS[model] = (state, None)
+        if seen[1] is not None:
+            return seen[1]
     digest = hashlib.sha256()
     weight = model.tok_emb.weight
     scheme_file = getattr(__import__(type(model.positional).__module__, fromlist=["_"]), "__file__", None)
@@ -319,7 +330,7 @@ def package_key(model: GPT, batch: int) -> str:
         platform.python_version(),
         repr(dataclasses.replace(model.config, attention="", attention_options={})),  # the step's own attention
         repr(INDUCTOR_CONFIGS),
-        f"{weight.device.type}/{weight.dtype}/{batch}",
+        f"{weight.device.type}/{weight.dtype}",
     ):
         digest.update(part.encode() + b"\0")
     digest.update(_sources())
@@ -329,9 +340,9 @@ def package_key(model: GPT, batch: int) -> str:
         digest.update(name.encode() + b"\0")
         digest.update(t.detach().reshape(-1).contiguous().cpu().view(torch.uint8).numpy().tobytes())
     dtype = str(weight.dtype).removeprefix("torch.")
-    key = f"{weight.device.type}-{dtype}-b{batch}-{digest.hexdigest()[:20]}"
+    key = f"{weight.device.type}-{dtype}-{digest.hexdigest()[:20]}"
     with _LOCK:
-        seen[1][batch] = key
+        _KEYS[model] = (state, key)
     return key
 
 
@@ -349,32 +360,120 @@ def example_inputs(model: GPT, batch: int, capacity: int) -> tuple[Tensor, ...]:
     )
 
 
-def build_package(model: GPT, batch: int, path: Path) -> None:
-    """Export the ``DecodeStep`` of ``model`` for ``batch`` rows (any cache width) and compile it to ``path``."""
+def build_package(model: GPT, path: Path) -> None:
+    """Export the ``DecodeStep`` of ``model`` for any number of rows and cache width and compile it to ``path``.
+
+    Both are dynamic dimensions: one package serves a batch of one row and a running batch of many, and
+    its kernels run as fast as those of a package traced for one size (measured at 1 to 16 rows)."""
     step = DecodeStep(model).eval()
     width = torch.export.Dim("capacity", min=2, max=MAX_CAPACITY)
-    shapes = (None, None, None, {1: width}, {0: width}, {0: width})
+    rows = torch.export.Dim("rows", min=1, max=MAX_ROWS)
+    shapes = ({0: rows}, None, {0: rows}, {0: rows, 1: width}, {0: width, 2: rows}, {0: width, 2: rows})
     with torch.no_grad(), warnings.catch_warnings():
         # the compiler's own use of an API torch deprecates; nothing a user of Alilama can act on
         warnings.filterwarnings("ignore", message="TypedStorage is deprecated", category=UserWarning)
-        program = torch.export.export(step, example_inputs(model, batch, SAMPLE_CAPACITY), dynamic_shapes=shapes)
+        program = torch.export.export(step, example_inputs(model, SAMPLE_ROWS, SAMPLE_CAPACITY), dynamic_shapes=shapes)
         configs = dict(INDUCTOR_CONFIGS)  # a copy: the compiler adds to the dict it is given (and the key reads it)
         torch._inductor.aoti_compile_and_package(program, package_path=str(path), inductor_configs=configs)
 
 
 def _load(path: Path) -> Callable:
-    """The package's runner: ``run(*tensors) -> [logits, keys, values]``.
+    """The package's runner: ``run(*tensors) -> [logits, keys, values]``, without the GIL while it computes.
 
-    Straight from the C++ loader: ``aoti_load_package`` would first probe the CPU's
-    vector instructions in ten compiler runs (1.4 s a process) to warn about a
-    package from another CPU, which the key already rules out (``_machine``).
+    The package's model is called through its C interface (``_Unlocked``), which
+    ``ctypes`` calls with the GIL released, so the server's HTTP thread runs while
+    a step computes; torch's own loader (``boxed_run``) holds the GIL for the
+    whole step. Where that interface cannot be had, torch's loader runs it, straight
+    from C++: ``aoti_load_package`` would first probe the CPU's vector instructions in
+    ten compiler runs (1.4 s a process) to warn about a package from another CPU,
+    which the key already rules out (``_machine``).
     """
+    try:
+        return _Unlocked(path)
+    except _NoInterface:
+        pass
     loader = torch._C._aoti.AOTIModelPackageLoader(str(path), "model", False, 1, -1)
 
     def run(*tensors: Tensor) -> list[Tensor]:
         return loader.boxed_run(list(tensors))
 
     return run
+
+
+class _NoInterface(Exception):
+    """The package's C interface cannot be called here (torch's loader runs it instead)."""
+
+
+class _Unlocked:
+    """A CPU package's model called through AOTInductor's C interface (``aoti_runtime/interface.h``).
+
+    ``AOTInductorModelContainerRun`` takes the inputs as tensor handles (it steals
+    them) and gives the outputs as new handles; torch's ``_aoti`` helpers turn
+    tensors into handles and back. ``ctypes`` releases the GIL for the call.
+    """
+
+    def __init__(self, path: Path) -> None:
+        import ctypes
+        import zipfile
+
+        helpers = getattr(torch._C, "_aoti", None)
+        if not all(
+            hasattr(helpers, f)
+            for f in ("unsafe_alloc_void_ptrs_from_tensors", "alloc_tensors_by_stealing_from_void_ptrs")
+        ):
+            raise _NoInterface
+        with zipfile.ZipFile(path) as archive, tempfile.TemporaryDirectory(prefix="alilama-decode-") as folder:
+            libraries = [n for n in archive.namelist() if "/data/aotinductor/model/" in n and n.endswith(".so")]
+            if len(libraries) != 1:  # weights outside the library, or another layout: torch's loader knows it
+                raise _NoInterface
+            library = ctypes.CDLL(archive.extract(libraries[0], folder))  # mapped: the file may go
+        if not hasattr(library, "AOTInductorModelContainerRun"):
+            raise _NoInterface
+        self._library, self._helpers, self._ctypes = library, helpers, ctypes
+        handle = ctypes.c_void_p()
+        self._check(
+            library.AOTInductorModelContainerCreateWithDevice(ctypes.byref(handle), ctypes.c_size_t(1), b"cpu", None),
+            "load",
+        )
+        self._handle = handle
+        count = ctypes.c_size_t()
+        self._check(library.AOTInductorModelContainerGetNumOutputs(handle, ctypes.byref(count)), "load")
+        self._outputs = count.value
+        self._run = library.AOTInductorModelContainerRun
+        self._run.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_void_p,
+            ctypes.c_void_p,
+        ]
+        self._pointer = ctypes.pythonapi.PyCapsule_GetPointer
+        self._pointer.restype, self._pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+        self._capsule = ctypes.pythonapi.PyCapsule_New
+        self._capsule.restype, self._capsule.argtypes = (
+            ctypes.py_object,
+            [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p],
+        )
+
+    @staticmethod
+    def _check(error: int, what: str) -> None:
+        if error:
+            raise RuntimeError(f"the compiled decode step failed to {what} (AOTInductor error {error})")
+
+    def __call__(self, *tensors: Tensor) -> list[Tensor]:
+        ctypes = self._ctypes
+        handles = self._helpers.unsafe_alloc_void_ptrs_from_tensors(list(tensors))
+        inputs = (ctypes.c_void_p * len(tensors))(*[self._pointer(h, None) for h in handles])
+        outputs = (ctypes.c_void_p * self._outputs)()
+        self._check(self._run(self._handle, inputs, len(tensors), outputs, self._outputs, None, None), "run")
+        return self._helpers.alloc_tensors_by_stealing_from_void_ptrs([self._capsule(p, None, None) for p in outputs])
+
+    def __del__(self) -> None:
+        handle = getattr(self, "_handle", None)
+        if handle is not None:
+            self._library.AOTInductorModelContainerDelete(handle)
 
 
 def _machine() -> str:
@@ -391,8 +490,8 @@ NOT_BUILT = "the compiled decode step is not built"
 """How every reason that only means "not built yet" begins (``decode_plan``, the commands' notice)."""
 
 
-def compiled_step(model: GPT, batch: int, build: bool = True) -> tuple[Callable | None, str | None]:
-    """The compiled ``DecodeStep`` of ``model`` for ``batch`` rows and why not (``(None, reason)``).
+def compiled_step(model: GPT, build: bool = True) -> tuple[Callable | None, str | None]:
+    """The compiled ``DecodeStep`` of ``model`` (any number of rows) and why not (``(None, reason)``).
 
     On CPU: loaded from this process, or from the model's ``PackageStore``, or
     (``build``) compiled and kept there; a package that does not load is
@@ -401,8 +500,8 @@ def compiled_step(model: GPT, batch: int, build: bool = True) -> tuple[Callable 
     if (reason := refusal(model)) is not None:
         return None, reason
     if model.tok_emb.weight.device.type == "cuda":
-        return _cuda_step(model, batch, build)
-    key = package_key(model, batch)
+        return _cuda_step(model, build)
+    key = package_key(model)
     with _LOCK:
         if (runner := _LOADED.get(key)) is not None:
             return runner, None
@@ -423,12 +522,12 @@ def compiled_step(model: GPT, batch: int, build: bool = True) -> tuple[Callable 
             if not build:
                 return (
                     None,
-                    f"{NOT_BUILT} for this model and batch size yet (decode='compiled' builds it once)",
+                    f"{NOT_BUILT} for this model yet (decode='compiled' builds it once)",
                 )
             if (reason := _no_compiler()) is not None:
                 return None, reason
             try:
-                path = store.put(key, lambda target: build_package(model, batch, target))
+                path = store.put(key, lambda target: build_package(model, target))
                 runner = _load(path)
             except Exception as exc:  # a scheme the compiler cannot trace, a compiler error: eager, and why
                 return None, f"the decode step did not compile: {_first_line(exc)}"
@@ -436,7 +535,7 @@ def compiled_step(model: GPT, batch: int, build: bool = True) -> tuple[Callable 
         return runner, None
 
 
-def _cuda_step(model: GPT, batch: int, build: bool) -> tuple[Callable | None, str | None]:
+def _cuda_step(model: GPT, build: bool) -> tuple[Callable | None, str | None]:
     with _LOCK:
         step = _CUDA_STEPS.get(model)
         if step is None:
@@ -450,22 +549,22 @@ def _cuda_step(model: GPT, batch: int, build: bool) -> tuple[Callable | None, st
 
             try:
                 with torch.no_grad():
-                    step(*example_inputs(model, batch, CUDA_BUCKET))
+                    step(*example_inputs(model, 1, CUDA_BUCKET))
             except Exception as exc:
                 return None, f"the decode step did not compile: {_first_line(exc)}"
             _CUDA_STEPS[model] = step
         return step, None
 
 
-def decode_step(model: GPT, batch: int, decode: str = "auto") -> Callable | None:
-    """The step to decode ``batch`` rows with for choice ``decode`` (``None``: eager).
+def decode_step(model: GPT, decode: str = "auto") -> Callable | None:
+    """The step to decode with for choice ``decode`` (``None``: eager).
 
     ``compiled`` that cannot be had warns why (``AlilamaWarning``, once per model and reason) and
     decodes eagerly: the same tokens, slower. ``auto`` never compiles by itself.
     """
     if check_choice(decode) == "eager":
         return None
-    step, reason = compiled_step(model, batch, build=decode == "compiled")
+    step, reason = compiled_step(model, build=decode == "compiled")
     if step is None and decode == "compiled" and (id(model), reason) not in _WARNED:
         _WARNED.add((id(model), reason))
         warnings.warn(f"decode='compiled' decodes eagerly: {reason}", AlilamaWarning, stacklevel=3)
@@ -480,11 +579,11 @@ class DecodePlan:
     reason: str | None = None
 
 
-def decode_plan(model: GPT, batch: int = 1, decode: str = "auto") -> DecodePlan:
+def decode_plan(model: GPT, decode: str = "auto") -> DecodePlan:
     """What ``generate`` would do for ``decode`` (nothing is built; a cached package is loaded)."""
     if check_choice(decode) == "eager":
         return DecodePlan("eager", "decode='eager'")
-    step, reason = compiled_step(model, batch, build=False)
+    step, reason = compiled_step(model, build=False)
     if step is not None:
         return DecodePlan("compiled")
     if decode == "compiled" and reason is not None and reason.startswith(NOT_BUILT):

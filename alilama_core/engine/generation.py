@@ -185,7 +185,7 @@ def generate_stream(
     seq_mask[:, :width] = mask
     positions = (mask.long().cumsum(dim=1) - 1).clamp(min=0) if padded else None  # (B, W) per-row positions
     done = torch.zeros(B, dtype=torch.bool, device=device)
-    step = decode_step(model, B, settings.decode) if settings.use_cache and steps > 1 else None
+    step = decode_step(model, settings.decode) if settings.use_cache and steps > 1 else None
     if step is not None:
         yield from _compiled_stream(model, step, seq, seq_mask, positions, width, steps, settings, generator, eot_id)
         return

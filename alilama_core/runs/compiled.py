@@ -1,19 +1,19 @@
 """The compiled decode step of a run, kept in the run folder: ``RUN/compiled/decode-<key>.pt2``.
 
 ``alilama_core.engine.decode`` compiles a model's decode step into an
-AOTInductor package once per model and batch size (30–100 s on a small CPU);
+AOTInductor package once per model, for any batch size (30–100 s on a small CPU);
 this module keeps those packages beside the run, so ``generate``, ``chat`` and
 ``serve`` load one in milliseconds instead of compiling again::
 
     run = load_run("runs/essay")
     attach(run)                          # the run's packages live in runs/essay/compiled/
-    prepare(run)                         # build the batch-1 step now (else: at the first decode="compiled")
+    prepare(run)                         # build the step now (else: at the first decode="compiled")
     generate_text(run, "Once", SamplingSettings(decode="auto"))   # auto finds it
 
 The key in a package's name covers what it was built from: torch and the
 machine, the code of the step, the model's config (its attention backend
-aside: the step computes exact attention itself) and every weight, the dtype,
-device and batch size. New weights or another torch give a new key: the
+aside: the step computes exact attention itself) and every weight, the dtype and
+device. New weights or another torch give a new key: the
 package is built again and the packages of the run's older keys are removed. A
 package is built in a temporary folder inside ``compiled/`` and renamed into
 place, so a reader never sees half of one; one that does not load (truncated,
@@ -68,8 +68,9 @@ class RunPackages:
         self.path(key).unlink(missing_ok=True)
 
     def _drop_stale(self, key: str) -> None:
-        """Remove the packages for the same device, dtype and batch size with another key (older weights or torch)."""
-        shape = key.rsplit("-", 1)[0]  # device-dtype-bN
+        """Remove the packages for the same device and dtype with another key (older weights or torch, or an
+        older package for one batch size, ``device-dtype-bN-digest``)."""
+        shape = key.rsplit("-", 1)[0]  # device-dtype
         for other in self.folder.glob(f"{PREFIX}{shape}-*.pt2"):
             if other != self.path(key):
                 other.unlink(missing_ok=True)
@@ -80,9 +81,9 @@ def attach(run) -> None:
     keep_packages(run.model, RunPackages(run.path))
 
 
-def prepare(run, batch: int = 1) -> tuple[float, str | None]:
-    """Build (or load) the compiled decode step of ``run`` for ``batch`` rows now: ``(seconds, why not or None)``."""
+def prepare(run) -> tuple[float, str | None]:
+    """Build (or load) the compiled decode step of ``run`` now (any batch size): ``(seconds, why not or None)``."""
     attach(run)
     start = time.perf_counter()
-    step, reason = compiled_step(run.model, batch, build=True)
+    step, reason = compiled_step(run.model, build=True)
     return time.perf_counter() - start, reason

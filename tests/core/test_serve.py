@@ -435,3 +435,38 @@ def test_the_tape_endpoint_refuses_what_it_cannot_draw(open_server):
     r = httpx.post(open_server.url + "/v1/alilama/tape", json={"text": "Once upon a time"})
     data = r.json()
     assert r.status_code == 200 and data["layers"] == 2 and len(data["tokens"]) == len(data["att"][0][0])
+
+
+def test_a_step_s_events_reach_the_event_loop_in_order_with_one_wake_up():
+    """The scheduler's thread hands a burst of events to the loop with one ``call_soon_threadsafe``, not one per
+    event, and each queue gets its own events in the order they were made."""
+    import asyncio
+    import threading
+
+    from alilama_core.app.serve import _on_loop
+
+    async def main() -> tuple[list, list, int]:
+        loop = asyncio.get_running_loop()
+        wakes = []
+        plain = loop.call_soon_threadsafe
+        loop.call_soon_threadsafe = lambda *a: (wakes.append(a), plain(*a))[1]
+        first, second = asyncio.Queue(), asyncio.Queue()
+        deliver_first, deliver_second = _on_loop(loop, first), _on_loop(loop, second)
+        busy = threading.Event()
+        loop.call_soon(busy.wait, 10)  # the loop is busy while a step's events are handed over
+
+        def step() -> None:
+            for i in range(16):
+                (deliver_first if i % 2 else deliver_second)(i)
+            busy.set()
+
+        thread = threading.Thread(target=step)
+        thread.start()
+        await asyncio.sleep(0)
+        thread.join()
+        got = ([await first.get() for _ in range(8)], [await second.get() for _ in range(8)])
+        return *got, len(wakes)
+
+    odd, even, wakes = asyncio.run(main())
+    assert odd == [1, 3, 5, 7, 9, 11, 13, 15] and even == [0, 2, 4, 6, 8, 10, 12, 14]
+    assert wakes == 1

@@ -128,7 +128,7 @@ def test_the_static_step_gives_the_eager_logits_for_every_backend(scheme, length
 @pytest.fixture
 def uncompiled_step(monkeypatch):
     """``decode="compiled"`` runs the ``DecodeStep`` uncompiled: the paths around it, without a compile."""
-    monkeypatch.setattr(dec, "compiled_step", lambda model, batch, build=True: (DecodeStep(model), None))
+    monkeypatch.setattr(dec, "compiled_step", lambda model, build=True: (DecodeStep(model), None))
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -185,6 +185,42 @@ def test_a_served_batch_compacts_its_static_cache(uncompiled_step):
     assert runs["compiled"] == runs["eager"]
 
 
+def scheduled(model, decode: str) -> tuple[dict[int, tuple[list, list]], list[int]]:
+    """Sequences join a 4-row batch and leave it at different steps: each one's tokens and log-probabilities, and
+    how many rows the compiled step's cache had at each step (none when eager)."""
+    batch = ContinuousBatch(model, rows=4, capacity=KIT_CONTEXT, decode=decode)
+    texts = prompts((7, 30, 12, 25, 40, 5))
+    joins = {0: [(0, 12)], 2: [(1, 3), (2, 20)], 5: [(3, 6), (4, 9)], 11: [(5, 4)]}  # step: (prompt, new tokens)
+    out: dict[int, tuple[list, list]] = {}
+    sizes = []
+
+    def record(event):
+        tokens, logprobs = out.setdefault(event.handle, ([], []))
+        tokens.append(event.token)
+        logprobs.append(event.logprob)
+
+    for at in range(40):
+        for index, new in joins.get(at, []):
+            handle, event = batch.join(texts[index], SamplingSettings(max_new_tokens=new, temperature=0), logprobs=0)
+            record(event)
+        for event in batch.step():
+            record(event)
+        sizes.append(batch.static.batch if batch.static is not None else 0)
+    assert not len(batch)
+    return out, sizes
+
+
+def test_the_compiled_batch_steps_as_many_rows_as_it_holds_sequences(uncompiled_step):
+    model = model_for("rope", "sdpa")
+    eager, _ = scheduled(model, "eager")
+    compiled, sizes = scheduled(model, "compiled")
+    for handle, (tokens, logprobs) in eager.items():
+        assert compiled[handle][0] == tokens
+        assert compiled[handle][1] == pytest.approx(logprobs, abs=1e-4)
+    assert sizes[0] == 1 and max(sizes) == 4  # one row alone; four when four sequences run
+    assert 2 in sizes[sizes.index(4) :] and sizes[-1] == 1  # fewer again as they leave
+
+
 # -- choosing, falling back, saying why ---------------------------------------------------------
 
 
@@ -199,9 +235,9 @@ def test_auto_never_compiles_by_itself(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert generate(model, prompts((5,)), SamplingSettings(max_new_tokens=3, temperature=0))
-    plan = dec.decode_plan(model, 1, "auto")
+    plan = dec.decode_plan(model, "auto")
     assert plan.path == "eager" and "not built" in plan.reason
-    assert dec.decode_plan(model, 1, "compiled").reason == "built at first use"
+    assert dec.decode_plan(model, "compiled").reason == "built at first use"
 
 
 def test_a_non_exact_backend_decodes_eagerly_and_says_why():
@@ -254,7 +290,7 @@ def test_the_compiled_step_gives_the_eager_logits_and_tokens(scheme, light, tmp_
     model = model_for(scheme, "sdpa")
     dec.keep_packages(model, RunPackages(tmp_path))
     lengths = (40, 120)  # a padded batch; batch 1 compiles in the package test below
-    step, reason = dec.compiled_step(model, len(lengths))
+    step, reason = dec.compiled_step(model)
     assert reason is None
     eager, compiled = both_paths(model, prompts(lengths), steps=6, step=step)
     assert torch.allclose(eager, compiled, atol=1e-5, rtol=1e-4), (eager - compiled).abs().max()
@@ -268,24 +304,31 @@ def test_the_package_is_kept_in_the_run_folder_loaded_rebuilt_when_corrupt_or_st
     model = model_for("alibi", "sdpa")
     store = RunPackages(tmp_path)
     dec.keep_packages(model, store)
-    step, reason = dec.compiled_step(model, 1)
+    step, reason = dec.compiled_step(model)
     assert reason is None
-    eager, compiled = both_paths(model, prompts((20,)), steps=4, step=step)  # batch 1 compiled is exact
-    assert torch.allclose(eager, compiled, atol=1e-5, rtol=1e-4)
-    (package,) = (tmp_path / "compiled").glob("decode-cpu-float32-b1-*.pt2")
+    for lengths in ((20,), (20, 9), (20, 9, 14)):  # one package for any number of rows
+        eager, compiled = both_paths(model, prompts(lengths), steps=4, step=step)
+        assert torch.allclose(eager, compiled, atol=1e-5, rtol=1e-4), lengths
+    assert isinstance(step, dec._Unlocked)  # called without the GIL: the server's HTTP thread runs beside it
+    (package,) = (tmp_path / "compiled").glob("decode-cpu-float32-*.pt2")
     assert not list(tmp_path.rglob(".building-*"))
-    key = dec.package_key(model, 1)
+    key = dec.package_key(model)
     assert package == store.path(key)
     good = package.read_bytes()
+    loader = torch._C._aoti.AOTIModelPackageLoader(str(package), "model", False, 1, -1)  # torch's own runner
+    inputs = dec.example_inputs(model, 3, 24)
+    with torch.no_grad():
+        for ours, torchs in zip(step(*inputs), loader.boxed_run(list(inputs))):
+            assert torch.equal(ours, torchs)
 
     dec._LOADED.clear()  # another process: it loads the file and compiles nothing
     monkeypatch.setattr(dec, "build_package", lambda *a: pytest.fail("rebuilt a good package"))
-    assert dec.compiled_step(model, 1, build=False)[0] is not None
-    assert dec.decode_plan(model, 1, "auto").path == "compiled"
+    assert dec.compiled_step(model, build=False)[0] is not None
+    assert dec.decode_plan(model, "auto").path == "compiled"
 
     builds = []
 
-    def rebuild(model, batch, path):  # what the compiler made of these weights above, without compiling again
+    def rebuild(model, path):  # what the compiler made of these weights above, without compiling again
         builds.append(Path(path).name)
         Path(path).write_bytes(good)
 
@@ -293,17 +336,17 @@ def test_the_package_is_kept_in_the_run_folder_loaded_rebuilt_when_corrupt_or_st
     package.write_bytes(b"not a package")  # corrupt: rebuilt, with a warning, never a crash
     monkeypatch.setattr(dec, "build_package", rebuild)
     with pytest.warns(AlilamaWarning, match="did not load"):
-        step, reason = dec.compiled_step(model, 1)
+        step, reason = dec.compiled_step(model)
     assert reason is None and len(builds) == 1 and package.read_bytes() == good
     eager, compiled = both_paths(model, prompts((20,)), steps=4, step=step)  # the rebuilt package runs
     assert torch.allclose(eager, compiled, atol=1e-5, rtol=1e-4)
 
     with torch.no_grad():  # new weights: a new key, a new build, and the old package goes
         model.head.weight.mul_(1.5)
-    assert dec.package_key(model, 1) != key
-    assert dec.compiled_step(model, 1)[1] is None and len(builds) == 2
-    (newer,) = (tmp_path / "compiled").glob("decode-cpu-float32-b1-*.pt2")
-    assert newer != package and newer == store.path(dec.package_key(model, 1)) and newer.name == builds[1]
+    assert dec.package_key(model) != key
+    assert dec.compiled_step(model)[1] is None and len(builds) == 2
+    (newer,) = (tmp_path / "compiled").glob("decode-cpu-float32-*.pt2")
+    assert newer != package and newer == store.path(dec.package_key(model)) and newer.name == builds[1]
 
 
 @needs_test_plugins("alilama-kerple")
@@ -311,7 +354,7 @@ def test_the_package_is_kept_in_the_run_folder_loaded_rebuilt_when_corrupt_or_st
 def test_a_learnable_bias_compiles_and_matches(light, tmp_path):
     model = model_for("kerple-log", "sdpa")
     dec.keep_packages(model, RunPackages(tmp_path))
-    step, reason = dec.compiled_step(model, 2)
+    step, reason = dec.compiled_step(model)
     assert reason is None
     eager, compiled = both_paths(model, prompts(), steps=5, step=step)
     assert torch.allclose(eager, compiled, atol=1e-5, rtol=1e-4)

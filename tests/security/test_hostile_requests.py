@@ -254,3 +254,44 @@ def test_a_server_open_to_the_network_without_a_key_warns(run):
         assert "without --api-key" in served.log()
     finally:
         served.stop()
+
+
+@pytest.mark.parametrize("parser", ["httptools", "h11"])
+def test_both_http_parsers_close_a_connection_without_a_whole_head(parser):
+    """The server's protocol (httptools where installed, else h11) closes a silent or half-sent head in time, and
+    answers a keep-alive client's second request; the h11 fallback is held to the same."""
+    import asyncio
+
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    from alilama_core.app.serve import _timed_protocol
+
+    protocol = _timed_protocol(1.0, parser)
+    assert parser.lower() in protocol.__mro__[2].__name__.lower()  # the parser asked for, timed
+    app = Starlette(routes=[Route("/", lambda request: PlainTextResponse("ok"))])
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", http=protocol, loop="asyncio")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            time.sleep(0.05)
+        for head in (b"", b"GET / HTTP/1.1\r\nHost: x\r\n"):  # nothing, or half a head
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                s.sendall(head)
+                start = time.monotonic()
+                assert s.recv(65536) == b"" and time.monotonic() - start < 5
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:  # a client that keeps its connection
+            for _ in range(2):
+                s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                assert s.recv(65536).startswith(b"HTTP/1.1 200")
+                time.sleep(0.6)  # within the time, twice: the timer restarts with each request
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
