@@ -33,6 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 NEW_TOKENS = 128
 CLIENTS = (1, 4, 16)
+SAMPLING = {"temperature": 0}
+"""What every request asks for (``--temperature``, ``--top-p``: sampled, seeded per client)."""
 
 
 def make_run(root: Path) -> Path:
@@ -58,7 +60,7 @@ def make_run(root: Path) -> Path:
 
 
 async def one_client(client, url: str, i: int) -> dict:
-    body = {"prompt": f"Once upon a time {i}", "max_tokens": NEW_TOKENS, "temperature": 0, "stream": True}
+    body = {"prompt": f"Once upon a time {i}", "max_tokens": NEW_TOKENS, "stream": True, "seed": i, **SAMPLING}
     start = time.perf_counter()
     stamps = []
     async with client.stream("POST", url + "/v1/completions", json=body, timeout=600) as r:
@@ -158,9 +160,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="Interleaved rounds per client count (medians).")
     parser.add_argument("--decode", nargs="+", default=["eager", "compiled"], help="The servers to compare.")
     parser.add_argument("--no-transformers", action="store_true", help="Skip the transformers baseline.")
+    parser.add_argument("--temperature", type=float, default=0.0, help="Sample at this temperature (0: greedy).")
+    parser.add_argument("--top-p", type=float, default=None, help="Sample from this nucleus.")
     parser.add_argument("--before", type=Path, help="Also serve this source tree (an earlier revision), eagerly.")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "figures" / "serving.json")
     args = parser.parse_args()
+    SAMPLING.update(temperature=args.temperature, **({"top_p": args.top_p} if args.top_p is not None else {}))
     import os
     import statistics
 
@@ -219,7 +224,8 @@ def main() -> None:
                 ttft = rows[decode][-1]["ttft_ms_p95"] / rows[label][-1]["ttft_ms_p95"]
                 print(f"16 clients, {decode} / {label}: {ratio:.2f}x tokens/s, first-token p95 {ttft:.2f}x")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    record = {"threads": args.threads, "rounds": args.rounds, "load": os.getloadavg()[0], "rows": rows}
+    record = {"threads": args.threads, "rounds": args.rounds, "load": os.getloadavg()[0], "sampling": SAMPLING}
+    record["rows"] = rows
     if args.before:
         record["before"] = subprocess.run(
             ["git", "-C", str(args.before), "rev-parse", "--short", "HEAD"], capture_output=True, text=True

@@ -39,7 +39,7 @@ from torch import Tensor
 
 from alilama_core.base.errors import ConfigError
 from alilama_core.engine.decode import StaticCache, capacity_for, check_choice, decode_step, step_width
-from alilama_core.engine.generation import SamplingSettings, next_token, position_room
+from alilama_core.engine.generation import SamplingSettings, draw, next_token, position_room, sampling_probs
 from alilama_core.engine.model import GPT, KVCache
 
 
@@ -288,21 +288,50 @@ class ContinuousBatch:
         """One event per live sequence from the step's ``(rows, V)`` logits.
 
         Greedy rows without penalties or a bias take one ``argmax`` over the whole batch (what ``next_token``
-        gives them), the others ``next_token`` each with their own settings and generator.
+        gives them); rows that sample with the same temperature, top-k and top-p and nothing else share one
+        computation of their probabilities (``_shared_probs``) and each draws with its own generator; the
+        others run ``next_token`` each, with their own settings and generator.
         """
         sequences = list(self.live.values())
         best = logits.argmax(dim=-1).tolist() if any(_plain_greedy(s.settings) for s in sequences) else None
+        probs = self._shared_probs(sequences, logits)
         return [
-            self._sampled(seq, logits[seq.row : seq.row + 1], best[seq.row] if _plain_greedy(seq.settings) else None)
+            self._sampled(
+                seq,
+                logits[seq.row : seq.row + 1],
+                best[seq.row] if _plain_greedy(seq.settings) else None,
+                probs.get(seq.handle),
+            )
             for seq in sequences
         ]
 
-    def _sampled(self, seq: Sequence, logits: Tensor, token: int | None = None) -> Event:
-        """Sample ``seq``'s next token from ``(1, V)`` logits; end it where it is done.
+    @staticmethod
+    def _shared_probs(sequences: list[Sequence], logits: Tensor) -> dict[int, Tensor]:
+        """``(1, V)`` sampling probabilities per handle of the sequences that sample with temperature, top-k and
+        top-p alone, computed once for each group of two or more with equal settings: each row's are those that
+        ``next_token`` computes for the row alone (``sampling_probs`` works row by row)."""
+        groups: dict[tuple, list[Sequence]] = {}
+        for seq in sequences:
+            s = seq.settings
+            if s.temperature and not (s.logit_bias or s.repetition_penalty or s.penalised):
+                groups.setdefault((s.temperature, s.top_k, s.top_p), []).append(seq)
+        shared: dict[int, Tensor] = {}
+        for group in groups.values():
+            if len(group) > 1:
+                rows = torch.tensor([seq.row for seq in group], dtype=torch.long, device=logits.device)
+                probs = sampling_probs(logits[rows].float(), group[0].settings)  # (G, V)
+                shared.update({seq.handle: probs[i : i + 1] for i, seq in enumerate(group)})
+        return shared
+
+    def _sampled(self, seq: Sequence, logits: Tensor, token: int | None = None, probs: Tensor | None = None) -> Event:
+        """Sample ``seq``'s next token from ``(1, V)`` logits (or draw it from ``probs``, or take ``token``); end
+        it where it is done.
 
         A failure here (a model that gives no numbers, say) ends ``seq`` alone, with an ``"error"`` event.
         """
         try:
+            if token is None and probs is not None:
+                token = int(draw(probs, torch.rand(1, 1, generator=seq.generator, device=probs.device))[0])
             return self._sample(seq, logits, token)
         except Exception as exc:  # one sequence's failure is its own: the batch goes on
             self.live.pop(seq.handle, None)

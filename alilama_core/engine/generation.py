@@ -118,19 +118,63 @@ def next_token(
         logits = logits - counts * settings.frequency_penalty - (counts > 0) * settings.presence_penalty  # (B, V)
     if settings.temperature == 0:
         return logits.argmax(dim=-1)  # (B,)
+    probs = sampling_probs(logits, settings)  # (B, V)
+    return draw(probs, torch.rand(probs.size(0), 1, generator=generator, device=probs.device))  # (B,)
+
+
+def draw(probs: Tensor, uniform: Tensor) -> Tensor:
+    """One token per row of ``probs`` ``(B, V)`` by inverse transform sampling with ``uniform`` ``(B, 1)`` in [0, 1).
+
+    The first id whose cumulative probability exceeds ``uniform`` (scaled to the row's total), so an id of
+    probability 0 is never drawn. One uniform number per row is all a draw takes from a generator, so rows
+    that sample with generators of their own (a server's sequences) draw them one by one and share the rest
+    (``torch.multinomial`` would draw a number per id of the vocabulary, row by row). ``RuntimeError`` for a
+    row whose probabilities are not finite and positive.
+    """
+    cdf = probs.cumsum(dim=-1)  # (B, V)
+    total = cdf[:, -1:]  # (B, 1)
+    if not bool(((total > 0) & torch.isfinite(total)).all()) or bool((probs < 0).any()):
+        raise RuntimeError("the sampling probabilities are not finite and positive (a NaN or inf in the logits)")
+    return torch.searchsorted(cdf, uniform.to(cdf.dtype) * total, right=True).clamp_(max=probs.size(-1) - 1)[:, 0]
+
+
+def sampling_probs(logits: Tensor, settings: SamplingSettings) -> Tensor:
+    """The probabilities ``(B, V)`` that ``next_token`` draws from: float ``logits`` (after the bias and the
+    penalties) under ``settings``' temperature (> 0), top-k and top-p, each row on its own."""
     # the largest logit becomes 0 first, so a small temperature sends the rest to -inf, never to a NaN
     logits = (logits - logits.amax(dim=-1, keepdim=True)) / settings.temperature
     if settings.top_k is not None and settings.top_k < logits.size(-1):
         kth = torch.topk(logits, settings.top_k, dim=-1).values[:, -1:]  # (B, 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if settings.top_p is not None and settings.top_p < 1:
-        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
-        probs = sorted_logits.softmax(dim=-1)
-        drop = probs.cumsum(dim=-1) - probs > settings.top_p  # keep the smallest set reaching top_p
-        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-        logits = torch.full_like(logits, float("-inf")).scatter(1, order, sorted_logits)
-    probs = logits.softmax(dim=-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
+        logits = nucleus(logits, settings.top_p)
+    return logits.softmax(dim=-1)  # (B, V)
+
+
+NUCLEUS_FIRST = 64
+"""How many of the likeliest ids ``nucleus`` looks at first (four times as many each time the cut lies beyond)."""
+
+
+def nucleus(logits: Tensor, top_p: float) -> Tensor:
+    """``logits`` ``(B, V)`` at ``-inf`` outside each row's nucleus: the smallest set of likeliest ids whose
+    probability reaches ``top_p`` (an id is kept when the ids likelier than it hold at most ``top_p``).
+
+    The cut lies among the first few likeliest ids for any distribution a model samples from, so they are
+    found with ``topk`` rather than by sorting the whole vocabulary, and more are taken only while the cut
+    of some row lies beyond them: the kept set is the one a full sort keeps (an id whose preceding mass equals
+    ``top_p`` to the last bit may fall either side, as the sums' rounding goes).
+    """
+    probs = logits.softmax(dim=-1)  # (B, V)
+    vocab = logits.size(-1)
+    k = min(vocab, NUCLEUS_FIRST)
+    while True:
+        top, order = probs.topk(k, dim=-1)  # (B, k), likeliest first
+        drop = top.cumsum(dim=-1) - top > top_p  # (B, k)
+        if k == vocab or bool(drop[:, -1].all()):  # every row's cut is inside: the ids after k are dropped too
+            break
+        k = min(vocab, 4 * k)
+    keep = torch.zeros_like(logits, dtype=torch.bool).scatter_(1, order, ~drop)
+    return logits.masked_fill(~keep, float("-inf"))
 
 
 def _left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device) -> tuple[Tensor, Tensor]:

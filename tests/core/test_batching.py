@@ -66,6 +66,33 @@ def test_seeded_sampling_is_the_sequences_own():
         assert got[i] == alone(model, prompt, settings(i)), i
 
 
+def test_sequences_that_sample_alike_share_one_computation_and_each_draws_its_own():
+    """Rows with equal temperature, top-k and top-p (and nothing else) get their probabilities from one
+    computation; each still draws with its own generator the tokens it makes alone, and one with a NaN
+    temperature in such a group fails alone."""
+    model = model_for("rope")
+
+    def settings(i: int) -> SamplingSettings:
+        return SamplingSettings(max_new_tokens=10, temperature=0.8, top_p=0.9, seed=7 + i)
+
+    batch = ContinuousBatch(model, rows=5, capacity=64, eot_id=EOT)
+    shared = []
+    compute = batch._shared_probs
+    batch._shared_probs = lambda sequences, logits: shared.append(compute(sequences, logits)) or shared[-1]
+    got = run_staggered(batch, PROMPTS, settings, [0, 0, 0, 1, 1])
+    assert max(len(s) for s in shared) >= 4  # the shared path ran, for every row that samples alike
+    for i, prompt in enumerate(PROMPTS):
+        assert got[i] == alone(model, prompt, settings(i)), i
+
+    batch = ContinuousBatch(model, rows=3, capacity=64, eot_id=EOT)
+    handles = [batch.join(PROMPTS[i], settings(i))[0] for i in range(3)]
+    batch.live[handles[1]].settings = SamplingSettings(max_new_tokens=10, temperature=float("nan"), top_p=0.9)
+    batch.live[handles[2]].settings = batch.live[handles[1]].settings  # the NaN row is in a group of two
+    events = {e.handle: e for e in batch.step()}
+    assert events[handles[1]].finish_reason == "error" and events[handles[2]].finish_reason == "error"
+    assert events[handles[0]].finish_reason is None and handles[0] in batch.live
+
+
 def test_a_sequence_that_leaves_frees_its_row_at_once_and_makes_no_more_tokens():
     model = model_for("rope")
     settings = SamplingSettings(max_new_tokens=30, temperature=0)

@@ -157,3 +157,29 @@ def test_a_tiny_temperature_samples_the_argmax_without_nans():
     generator = torch.Generator().manual_seed(0)
     settings = SamplingSettings(temperature=MIN_TEMPERATURE, top_p=0.9, top_k=3)
     assert [int(next_token(logits, settings, None, generator)[0]) for _ in range(20)] == [1] * 20
+
+
+def test_a_draw_follows_the_probabilities_never_takes_an_impossible_id_and_refuses_nan():
+    from alilama_core.engine.generation import draw
+
+    probs = torch.tensor([[0.1, 0.0, 0.6, 0.3], [0.0, 0.0, 0.0, 1.0]])
+    n = 100_000
+    uniform = torch.rand(n, 1, generator=torch.Generator().manual_seed(0))
+    ids = draw(probs[:1].expand(n, -1).contiguous(), uniform)
+    share = torch.bincount(ids, minlength=4).double() / n
+    assert share[1] == 0 and torch.allclose(share, probs[0].double(), atol=0.01), share
+    assert draw(probs, torch.tensor([[0.0], [0.999999]])).tolist() == [0, 3]  # the ends of [0, 1)
+    with pytest.raises(RuntimeError, match="not finite and positive"):
+        draw(torch.tensor([[0.5, float("nan")]]), torch.tensor([[0.3]]))
+
+
+@pytest.mark.parametrize("scale", [0.05, 1.0, 4.0])  # flat (the cut lies past the first ids looked at) to peaked
+def test_the_nucleus_keeps_what_a_full_sort_keeps(scale):
+    from alilama_core.engine.generation import nucleus
+
+    logits = torch.randn(16, 4096, generator=torch.Generator().manual_seed(3)) * scale
+    for top_p in (0.05, 0.5, 0.9, 0.99):
+        ordered, order = torch.sort(logits, descending=True, dim=-1)
+        probs = ordered.softmax(dim=-1)
+        kept = torch.zeros_like(logits, dtype=torch.bool).scatter(1, order, probs.cumsum(-1) - probs <= top_p)
+        assert torch.equal(nucleus(logits, top_p) > float("-inf"), kept), (scale, top_p)
