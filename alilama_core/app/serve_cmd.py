@@ -83,7 +83,7 @@ def serve_cmd(
         max_queue=max_queue,
         body_seconds=body_timeout,
     )
-    limits.check(loaded.model)
+    limits.check(loaded.model, decode)
     setup_decode(loaded, decode)
     model_id = Path(run).resolve().name
     if api_key is None and not _loopback(host):

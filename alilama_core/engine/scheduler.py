@@ -79,7 +79,14 @@ class Limits:
                 f"{self.max_queue}: send fewer at a time", "n",
             )  # fmt: skip
 
-    def check(self, model) -> None:
+    def cache_rows(self, decode: str = "auto") -> int:
+        """Rows of KV cache a server may hold: ``max_batch``, and unless ``decode`` is ``"eager"`` one more cache
+        for each power of two below it (the compiled step's batch keeps a cache for each size it has stepped,
+        ``ContinuousBatch._bucket``)."""
+        smaller = sum(1 << i for i in range(self.max_batch.bit_length()) if 1 << i < self.max_batch)
+        return self.max_batch + (0 if decode == "eager" else smaller)
+
+    def check(self, model, decode: str = "auto") -> None:
         """Refuse limits the model or the memory cannot hold (``AlilamaError`` naming the option)."""
         import psutil
 
@@ -94,13 +101,13 @@ class Limits:
             )
         c = model.config
         element = next(model.parameters()).element_size()
-        cache = 2 * c.n_layers * self.max_batch * self.capacity * c.d_model * element
+        cache = 2 * c.n_layers * self.cache_rows(decode) * self.capacity * c.d_model * element
         free = psutil.virtual_memory().available
         if cache > free // 2:
             raise AlilamaError(
                 f"--max-batch {self.max_batch} rows of --max-prompt-tokens {self.max_prompt_tokens} + --max-tokens "
-                f"{self.max_tokens} need a {cache / 2**30:.1f} GiB KV cache, more than half of the "
-                f"{free / 2**30:.1f} GiB free; lower them"
+                f"{self.max_tokens} need a {cache / 2**30:.1f} GiB KV cache ({self.cache_rows(decode)} rows with "
+                f"--decode {decode}), more than half of the {free / 2**30:.1f} GiB free; lower them"
             )
 
 

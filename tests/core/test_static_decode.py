@@ -221,6 +221,20 @@ def test_the_compiled_batch_steps_as_many_rows_as_it_holds_sequences(uncompiled_
     assert 2 in sizes[sizes.index(4) :] and sizes[-1] == 1  # fewer again as they leave
 
 
+def test_the_server_counts_every_cache_the_compiled_batch_keeps(uncompiled_step):
+    """``Limits.check`` weighs the memory of the caches a compiled batch keeps, one per size it has stepped."""
+    from alilama_core.engine.scheduler import Limits
+
+    model = model_for("alibi", "sdpa")
+    batch = ContinuousBatch(model, rows=6, capacity=KIT_CONTEXT, decode="compiled")
+    for prompt in prompts((5, 6, 7, 8, 9, 10)):
+        batch.join(prompt, SamplingSettings(max_new_tokens=20, temperature=0))
+        batch.step()
+    kept = sum(cache.batch for cache in batch._statics.values())
+    assert kept == Limits(max_batch=6).cache_rows("compiled") == 6 + 4 + 2 + 1
+    assert Limits(max_batch=6).cache_rows("eager") == 6
+
+
 # -- choosing, falling back, saying why ---------------------------------------------------------
 
 
