@@ -115,7 +115,7 @@ def score_prompt(model: GPT, ids: list[int], top: int) -> list[TokenScore]:
 
 def _plain_greedy(settings: SamplingSettings) -> bool:
     """Greedy, and nothing changes the logits first: the token is the row's ``argmax``."""
-    return settings.temperature == 0 and not (settings.logit_bias or settings.repetition_penalty or settings.penalised)
+    return settings.temperature == 0 and settings.plain
 
 
 class ContinuousBatch:
@@ -313,7 +313,7 @@ class ContinuousBatch:
         groups: dict[tuple, list[Sequence]] = {}
         for seq in sequences:
             s = seq.settings
-            if s.temperature and not (s.logit_bias or s.repetition_penalty or s.penalised):
+            if s.temperature and s.plain:
                 groups.setdefault((s.temperature, s.top_k, s.top_p), []).append(seq)
         shared: dict[int, Tensor] = {}
         for group in groups.values():

@@ -94,6 +94,12 @@ class SamplingSettings:
         """Whether sampling needs the tokens generated so far (presence or frequency penalty)."""
         return bool(self.presence_penalty or self.frequency_penalty)
 
+    @property
+    def plain(self) -> bool:
+        """Whether nothing changes the logits before the temperature (no ``logit_bias``, no penalty): such a row's
+        token depends on its own logits and settings alone."""
+        return not (self.logit_bias or self.repetition_penalty or self.penalised)
+
 
 def next_token(
     logits: Tensor, settings: SamplingSettings, history: Tensor | None, generator, generated: Tensor | None = None
@@ -293,9 +299,7 @@ def _compiled_stream(
     column = torch.tensor([width], device=device)  # (1,) where the next token's keys go
     position = positions[:, -1:] + 1 if padded else torch.full((B, 1), width, dtype=torch.long, device=device)
     done = torch.zeros(B, dtype=torch.bool, device=device)
-    greedy = settings.temperature == 0 and not (
-        settings.logit_bias or settings.repetition_penalty or settings.penalised
-    )
+    greedy = settings.temperature == 0 and settings.plain
     for length in range(width, width + steps):
         if greedy:
             token = logits.argmax(dim=-1)  # (B,) what next_token gives for these settings, without its checks
