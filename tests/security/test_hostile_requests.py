@@ -10,6 +10,7 @@ traceback.
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import threading
@@ -287,11 +288,18 @@ def test_both_http_parsers_close_a_connection_without_a_whole_head(parser):
                 s.sendall(head)
                 start = time.monotonic()
                 assert s.recv(65536) == b"" and time.monotonic() - start < 5
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:  # a client that keeps its connection
+        client = http.client.HTTPConnection("127.0.0.1", port, timeout=10)  # a client that keeps its connection
+        try:
+            sockets = []
             for _ in range(2):
-                s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-                assert s.recv(65536).startswith(b"HTTP/1.1 200")
+                client.request("GET", "/")
+                response = client.getresponse()  # reads the head and the body, however many writes they came in
+                assert (response.status, response.read()) == (200, b"ok")
+                sockets.append(client.sock)
                 time.sleep(0.6)  # within the time, twice: the timer restarts with each request
+            assert sockets[0] is sockets[1]  # one connection kept
+        finally:
+            client.close()
     finally:
         server.should_exit = True
         thread.join(timeout=10)
