@@ -1,9 +1,8 @@
-"""Training runs for the recipe search and the recipe table: ``alilama train`` in subprocesses, read back.
+"""Training runs for the recipe table: ``alilama train`` in subprocesses, read back.
 
-``scripts/search_recipe.py`` (which settings make the ``fast`` preset) and
 ``scripts/bench_recipe.py`` (the ``essay`` recipe against ``fast`` at equal
-tokens) both train through the CLI a user runs, one torch thread per run, some
-runs side by side, and read each run's ``metrics.jsonl``. A run folder that
+tokens) trains through the CLI a user runs, one torch thread per run, some
+runs side by side, and reads each run's ``metrics.jsonl``. A run folder that
 already finished is read, not trained again, so an interrupted study resumes.
 """
 

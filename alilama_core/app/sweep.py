@@ -192,7 +192,8 @@ def make_plan(settings: dict[str, Any], overrides: list[str], space: dict[str, l
         raise AlilamaError(
             f"{', '.join(both)} is both swept (a list of values) and set for every trial; give it one or the other"
         )
-    if plan.config and (plan.preset or PRESET in space):
+    sweeps.check_points(plan.points, space)
+    if plan.config and (plan.preset or PRESET in space or any(PRESET in p for p in plan.points.values())):
         raise AlilamaError("give either --config (config:) or --preset (preset:), not both")
     for key in ("config", "data"):  # trials run in other processes and folders: absolute paths
         if getattr(plan, key):
@@ -470,25 +471,27 @@ def train_args(plan: Plan, trial: Trial, out: Path | str) -> list[str]:
     """The ``alilama train`` arguments that train this trial on its own (a swept ``preset`` is its --preset)."""
     args = []
     settings = {o: getattr(plan, o) for o in ("preset", "config", "data", "task")}
-    settings["preset"] = trial.overrides.get(PRESET, settings["preset"])
+    settings["preset"] = plan.fields(trial).get(PRESET, settings["preset"])
     for option, value in settings.items():
         if value:
             args += [f"--{option}", value]
-    return [*args, "--out", str(out), *plan.overrides, *field_args(trial)]
+    return [*args, "--out", str(out), *plan.overrides, *field_args(plan, trial)]
 
 
 PRESET = "preset"
 """The one space key that is not a config field: sweeping it trains each trial from another preset."""
 
 
-def field_args(trial: Trial) -> list[str]:
-    """A trial's overrides of config fields (its ``preset`` is an option of train, not an override)."""
-    return [f"{k}={v}" for k, v in trial.overrides.items() if k != PRESET]
+def field_args(plan: Plan, trial: Trial) -> list[str]:
+    """A trial's overrides of config fields, after the sweep's own (a named point's fields in its place; its
+    ``preset`` is an option of train, not an override)."""
+    return [f"{k}={v}" for k, v in plan.fields(trial).items() if k != PRESET]
 
 
 def trial_config(plan: Plan, trial: Trial):
     """The config a trial trains with, built and checked as `alilama train` does."""
-    return resolve_config(plan.config, trial.overrides.get(PRESET, plan.preset), [*plan.overrides, *field_args(trial)])
+    preset = plan.fields(trial).get(PRESET, plan.preset)
+    return resolve_config(plan.config, preset, [*plan.overrides, *field_args(plan, trial)])
 
 
 def run_on_ray(
@@ -718,17 +721,21 @@ def plot_sweep(plan: Plan, out: Path) -> Path:
     for ax, swept in zip(axes[0], fields):
         values = sweeps.field_values(plan, swept)
         numeric = sweeps.is_range(plan.space[swept])  # a range: the values on a number line (log for loguniform)
+        joined = not numeric and swept != sweeps.POINT  # named points have no order: no line between them
         for i, (label, points) in enumerate(sorted(sweeps.series(plan, swept).items())):
             kept = [v for v in values if points[v]]
             xs = [float(v) for v in kept] if numeric else [values.index(v) for v in kept]
             means = [sum(points[v]) / len(points[v]) for v in kept]
             spread = [_std(points[v]) for v in kept]
             style = dict(marker="o", capsize=4, color=f"C{i}", label=", ".join(label) or None)
-            ax.errorbar(xs, means, yerr=spread, linestyle="none" if numeric else "-", **style)
+            ax.errorbar(xs, means, yerr=spread, linestyle="-" if joined else "none", **style)
         if numeric:
             ax.set_xscale("log" if "loguniform" in plan.space[swept] else "linear")
         else:
-            ax.set_xticks(range(len(values)), values)
+            slanted = sum(len(v) for v in values) > 40  # long names side by side would overlap
+            ax.set_xticks(
+                range(len(values)), values, rotation=30 if slanted else 0, ha="right" if slanted else "center"
+            )
         ax.set_xlabel(swept)
         ax.set_ylabel(plan.metric)
         ax.grid(alpha=0.3)

@@ -27,7 +27,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "essay": {"model": {"attention": "sdpa"}},
     # The essay model without linear or norm biases: it exports exactly as transformers' MPT.
     "essay-nobias": {"model": {"attention": "sdpa", "bias": False, "norm_bias": False}},
-    # The essay's model with the recipe scripts/search_recipe.py chose on TinyStories (docs/training.md):
+    # The essay's model with the recipe the sweeps configs/sweeps/recipe-stage*.yaml chose on TinyStories
+    # (docs/training.md):
     # Muon for the blocks' matrices, a warm-up/stable/decay schedule, AdamW at twice the essay's rate
     # for the rest. The essay's architecture, so it exports wherever the essay model does.
     "fast": {

@@ -47,6 +47,7 @@ FILE_KEYS = {
     "task",
     "overrides",
     "space",
+    "points",
     "metric",
     "mode",
     "search",
@@ -60,7 +61,11 @@ FILE_KEYS = {
     "score",
 }
 """The keys a sweep YAML may hold (``configs/sweeps/*.yaml``)."""
-IDENTITY = ("preset", "config", "data", "task", "overrides", "space", "search", "samples", "seed")
+POINT = "point"
+"""The space key of a sweep's named points (``points:``): its values are their names, and a trial with
+``point=NAME`` trains with that point's overrides. Points are trials that are not a product of fields (one
+change at a time from a baseline; a few hand-picked recipes); the space's other fields multiply them."""
+IDENTITY = ("preset", "config", "data", "task", "overrides", "space", "points", "search", "samples", "seed")
 """What makes a sweep the same sweep when it is run again (the rest may change between runs)."""
 
 
@@ -92,6 +97,8 @@ class Plan:
     overrides: list[str] = field(default_factory=list)
     space: dict[str, list[str] | dict[str, list[float]]] = field(default_factory=dict)
     """Each swept field: a list of values as written, or a range ``{"loguniform": [1e-4, 1e-2]}``."""
+    points: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Named sets of overrides, swept as the space's ``point`` field: name -> {field: value as written}."""
     metric: str | None = None
     mode: str | None = None
     search: str = "grid"
@@ -105,6 +112,13 @@ class Plan:
     score: list[str] = field(default_factory=list)
     """Arguments of ``alilama eval`` that score each trained trial (e.g. ``--lengths 8,16,32``); empty: none."""
     trials: list[Trial] = field(default_factory=list)
+
+    def fields(self, trial: Trial) -> dict[str, str]:
+        """What ``trial`` sets: its overrides, a named point replaced by the point's own fields (in its place)."""
+        out: dict[str, str] = {}
+        for key, value in trial.overrides.items():
+            out.update(self.points[value] if key == POINT else {key: value})
+        return out
 
     def identity(self) -> dict[str, Any]:
         """What must match for a rerun to continue this sweep (an Optuna study may be given more samples)."""
@@ -236,6 +250,11 @@ def read_sweep_file(path: str | Path) -> dict[str, Any]:
         if not values:
             raise ConfigError(f"{str(path)!r}: space.{key} is an empty list; give it at least one value")
         out_space[str(key)] = [_as_override(v) for v in values]
+    points = data.get("points")
+    if points is not None:
+        data["points"] = read_points(points, str(path))
+        if POINT not in out_space:  # every point, first: the table's and the plot's first column
+            out_space = {POINT: list(data["points"]), **out_space}
     data["space"] = out_space
     overrides = data.get("overrides") or []
     if isinstance(overrides, dict):  # overrides: {train.max_steps: 100}
@@ -246,6 +265,46 @@ def read_sweep_file(path: str | Path) -> dict[str, Any]:
     if "score" in data:
         data["score"] = score_args(data["score"], str(path))
     return data
+
+
+def read_points(points: Any, where: str) -> dict[str, dict[str, str]]:
+    """``points:`` checked: a mapping of names to mappings of section.field to a value (empty: the base)."""
+    if not isinstance(points, dict) or not points:
+        raise ConfigError(
+            f"{where}: points must map a name to its overrides, e.g. points: {{base: {{}}, muon: {{train.optimizer: muon}}}}"
+        )
+    out = {}
+    for name, fields in points.items():
+        name = str(name)
+        if not name or name != _short(name):
+            raise ConfigError(f"{where}: point name {name!r} may hold only letters, digits, '.', '_' and '-'")
+        fields = {} if fields is None else fields
+        if not isinstance(fields, dict) or any(
+            not isinstance(k, str) or isinstance(v, dict) for k, v in fields.items()
+        ):
+            raise ConfigError(f"{where}: points.{name} must map section.field to one value, e.g. {{train.lr: 0.006}}")
+        if POINT in fields:
+            raise ConfigError(f"{where}: points.{name} sets {POINT!r}; a point cannot name another point")
+        out[name] = {k: _as_override(v) for k, v in fields.items()}
+    return out
+
+
+def check_points(points: dict[str, dict[str, str]], space: dict[str, Any]) -> None:
+    """The space's ``point`` values name defined points, which set no field the space sweeps too."""
+    if POINT not in space:
+        return
+    values = space[POINT]
+    if is_range(values) or not points:
+        raise ConfigError(f"{POINT!r} is swept, but the sweep defines no points: give points: in the sweep file")
+    unknown = [v for v in values if v not in points]
+    if unknown:
+        raise ConfigError(f"{POINT}={','.join(unknown)}: no such point; the sweep defines {', '.join(points)}")
+    for name in values:
+        both = sorted(set(points[name]) & set(space))
+        if both:
+            raise ConfigError(
+                f"point {name} sets {', '.join(both)}, which the space sweeps too; give it one or the other"
+            )
 
 
 def score_args(value: Any, where: str = "--score") -> list[str]:

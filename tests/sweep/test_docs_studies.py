@@ -17,6 +17,8 @@ PAGE = (ROOT / "docs" / "training.md").read_text(encoding="utf-8")
 
 STUDIES = {  # name: the table it shows (results.md or, over seeds, results-seeds.md)
     "positional": "results",
+    "recipe-stage1": "results",
+    "recipe-stage2": "results",
     "horizons": "results",
 }
 

@@ -98,6 +98,65 @@ def test_the_horizons_file_sweeps_the_preset_itself(sweep_data):
         make_plan({"config": str(ROOT / "configs" / "essay.yaml"), "data": str(sweep_data)}, [], file["space"])
 
 
+def test_named_points_are_trials_that_are_not_a_product_of_fields(sweep_data):
+    """``points:`` are swept as the ``point`` field: each trial trains with its point's overrides after the sweep's
+    own (a point may set the preset), the space's other fields multiply them, and the command line narrows them."""
+    from alilama_core.app.sweep import train_args, trial_config
+
+    stage1 = str(ROOT / "configs" / "sweeps" / "recipe-stage1.yaml")
+    plan = plan_from_args([stage1], data=str(sweep_data))
+    assert list(plan.space) == ["point", "train.seed"]  # the points first: the table's first column
+    assert [t.overrides["point"] for t in plan.trials] == list(plan.points) and len(plan.trials) == 5
+    muon = next(t for t in plan.trials if t.overrides["point"] == "muon-0.04-wsd")
+    assert plan.fields(muon) == {
+        "train.optimizer": "muon",
+        "train.muon_lr": "0.04",
+        "train.schedule": "wsd",
+        "train.seed": "0",
+    }
+    cfg = trial_config(plan, muon)
+    assert (cfg.train.optimizer, cfg.train.muon_lr, cfg.train.schedule, cfg.train.eval_tokens) == (
+        "muon",
+        0.04,
+        "wsd",
+        0,
+    )
+    args = train_args(plan, muon, "out")
+    assert args[-4:] == ["train.optimizer=muon", "train.muon_lr=0.04", "train.schedule=wsd", "train.seed=0"]
+    assert not any(a.startswith("point=") for a in args)
+    essay = next(t for t in plan.trials if t.overrides["point"] == "essay")
+    assert trial_config(plan, essay).train.optimizer == "adamw" and trial_config(plan, essay).train.schedule == "cosine"
+
+    narrowed = plan_from_args([stage1, "point=muon-0.02-wsd,essay", "train.seed=0,1"], data=str(sweep_data))
+    assert [(t.overrides["point"], t.overrides["train.seed"]) for t in narrowed.trials] == [
+        ("muon-0.02-wsd", "0"),
+        ("muon-0.02-wsd", "1"),
+        ("essay", "0"),
+        ("essay", "1"),
+    ]
+    assert narrowed.trials[0].name == next(t.name for t in plan.trials if t.overrides["point"] == "muon-0.02-wsd")
+    header, rows = sweeps.seed_table_rows(narrowed)
+    assert header[:2] == ["point", "seeds"] and [r[0] for r in rows] == ["muon-0.02-wsd", "essay"]
+
+    stage2 = plan_from_args([str(ROOT / "configs" / "sweeps" / "recipe-stage2.yaml")], data=str(sweep_data))
+    assert len(stage2.trials) == 5
+    for t in stage2.trials:  # every change from stage 1's best, and only that change
+        cfg = trial_config(stage2, t)
+        assert (cfg.train.optimizer, cfg.train.muon_lr, cfg.train.schedule) == ("muon", 0.02, "wsd")
+    changed = {t.overrides["point"]: trial_config(stage2, t) for t in stage2.trials}
+    assert changed["qk-norm"].model.qk_norm and not changed["base"].model.qk_norm
+    assert (changed["adamw-lr-0.006"].train.lr, changed["adamw-lr-0.006"].train.min_lr) == (0.006, 0.0006)
+
+    preset = make_plan(
+        {"data": str(sweep_data), "points": {"a": {"preset": "fast"}, "b": {}}, "preset": "essay"},
+        [],
+        {"point": ["a", "b"]},
+    )
+    a, b = preset.trials
+    assert trial_config(preset, a).train.optimizer == "muon" and trial_config(preset, b).train.optimizer == "adamw"
+    assert train_args(preset, a, "out")[:2] == ["--preset", "fast"]
+
+
 def test_the_recipe_file_is_an_optuna_study_over_ranges(sweep_data):
     pytest.importorskip("optuna", reason="--search optuna needs Optuna")
     file = sweeps.read_sweep_file(ROOT / "configs" / "sweeps" / "recipe.yaml")
