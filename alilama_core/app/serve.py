@@ -475,6 +475,12 @@ class _Reply:
                  "choices": [choice]}  # fmt: skip
         return f"data: {json.dumps(chunk)}\n\n"
 
+    def _due(self, i: int, piece: str) -> str:
+        """Choice ``i``'s chunk for its new ``piece``, or nothing while there is nothing to send (a token that
+        ends inside a character, before its choice finishes)."""
+        finish = self.choices[i].finish_reason
+        return self._chunk(i, piece, finish) if piece or finish else ""
+
     async def _one(self):
         """The chunks of a one-choice stream: each wait takes every event that has come, sent as one write.
 
@@ -489,16 +495,14 @@ class _Reply:
             text = []
             try:
                 for event in arrived:
-                    piece = self._take(0, event)
-                    if piece or choice.finish_reason:
-                        text.append(self._chunk(0, piece, choice.finish_reason))
+                    text.append(self._due(0, self._take(0, event)))
                     if choice.finish_reason is not None:
                         break
             except ApiError as error:
                 yield "".join(text) + f"data: {json.dumps(error.body())}\n\n"
                 return
-            if text:
-                yield "".join(text)
+            if chunks := "".join(text):
+                yield chunks
 
     async def stream(self, include_usage: bool):
         """Server-sent events; a client that goes away cancels what is left (``finally``)."""
@@ -523,10 +527,9 @@ class _Reply:
                     except ApiError as error:
                         yield f"data: {json.dumps(error.body())}\n\n"
                         return
-                    finish = self.choices[i].finish_reason
-                    if piece or finish:
-                        yield self._chunk(i, piece, finish)
-                    if finish is None:
+                    if text := self._due(i, piece):
+                        yield text
+                    if self.choices[i].finish_reason is None:
                         waiting[asyncio.ensure_future(self._next(i))] = i
             if include_usage:
                 usage = {"id": self._id(), "object": "chat.completion.chunk" if self.chat else "text_completion",

@@ -39,7 +39,14 @@ from torch import Tensor
 
 from alilama_core.base.errors import ConfigError
 from alilama_core.engine.decode import StaticCache, capacity_for, check_choice, decode_step, step_width
-from alilama_core.engine.generation import SamplingSettings, draw, next_token, position_room, sampling_probs
+from alilama_core.engine.generation import (
+    NOT_PROBABILITIES,
+    SamplingSettings,
+    draw_rows,
+    next_token,
+    position_room,
+    sampling_probs,
+)
 from alilama_core.engine.model import GPT, KVCache
 
 
@@ -278,7 +285,7 @@ class ContinuousBatch:
         filled = min(width, self.capacity)  # CUDA reads its whole bucket: the columns past ours stay hidden
         visible[:, :filled] = self.mask[:rows, :filled]
         positions = self.positions[:rows, None] * alive  # a free row's position stays inside any position table
-        logits, keys, values = self.compiled(inputs, column, positions, visible, *self.static.view(width))
+        logits, keys, values = self.compiled(inputs, column, positions, visible, *self.static.buffers())
         self.static.write(column, keys, values)
         self.length += 1
         self.positions += 1
@@ -288,50 +295,54 @@ class ContinuousBatch:
         """One event per live sequence from the step's ``(rows, V)`` logits.
 
         Greedy rows without penalties or a bias take one ``argmax`` over the whole batch (what ``next_token``
-        gives them); rows that sample with the same temperature, top-k and top-p and nothing else share one
-        computation of their probabilities (``_shared_probs``) and each draws with its own generator; the
-        others run ``next_token`` each, with their own settings and generator.
+        gives them); rows that sample with the same temperature, top-k and top-p and nothing else draw
+        together (``_shared_draws``), each with its own generator; the others run ``next_token`` each, with
+        their own settings and generator.
         """
         sequences = list(self.live.values())
         best = logits.argmax(dim=-1).tolist() if any(_plain_greedy(s.settings) for s in sequences) else None
-        probs = self._shared_probs(sequences, logits)
+        drawn = self._shared_draws(sequences, logits)
         return [
             self._sampled(
                 seq,
                 logits[seq.row : seq.row + 1],
-                best[seq.row] if _plain_greedy(seq.settings) else None,
-                probs.get(seq.handle),
+                best[seq.row] if _plain_greedy(seq.settings) else drawn.get(seq.handle),
             )
             for seq in sequences
         ]
 
     @staticmethod
-    def _shared_probs(sequences: list[Sequence], logits: Tensor) -> dict[int, Tensor]:
-        """``(1, V)`` sampling probabilities per handle of the sequences that sample with temperature, top-k and
-        top-p alone, computed once for each group of two or more with equal settings: each row's are those that
-        ``next_token`` computes for the row alone (``sampling_probs`` works row by row)."""
+    def _shared_draws(sequences: list[Sequence], logits: Tensor) -> dict[int, int | Exception]:
+        """The next token per handle of the sequences that sample with temperature, top-k and top-p alone,
+        drawn together for each group of two or more with equal settings: one computation of the group's
+        probabilities and one draw, with a uniform number from each sequence's own generator. Each row's token
+        is the one ``next_token`` draws for the row alone (``sampling_probs`` and ``draw_rows`` work row by
+        row); a row whose probabilities are not numbers gets the error ``draw`` raises, the others go on."""
         groups: dict[tuple, list[Sequence]] = {}
         for seq in sequences:
             s = seq.settings
             if s.temperature and s.plain:
                 groups.setdefault((s.temperature, s.top_k, s.top_p), []).append(seq)
-        shared: dict[int, Tensor] = {}
+        drawn: dict[int, int | Exception] = {}
         for group in groups.values():
             if len(group) > 1:
                 rows = torch.tensor([seq.row for seq in group], dtype=torch.long, device=logits.device)
                 probs = sampling_probs(logits[rows].float(), group[0].settings)  # (G, V)
-                shared.update({seq.handle: probs[i : i + 1] for i, seq in enumerate(group)})
-        return shared
+                uniform = torch.cat([torch.rand(1, 1, generator=s.generator, device=probs.device) for s in group])
+                tokens, fine = draw_rows(probs, uniform)  # (G,) each
+                for seq, token, ok in zip(group, tokens.tolist(), fine.tolist()):
+                    drawn[seq.handle] = token if ok else RuntimeError(NOT_PROBABILITIES)
+        return drawn
 
-    def _sampled(self, seq: Sequence, logits: Tensor, token: int | None = None, probs: Tensor | None = None) -> Event:
-        """Sample ``seq``'s next token from ``(1, V)`` logits (or draw it from ``probs``, or take ``token``); end
-        it where it is done.
+    def _sampled(self, seq: Sequence, logits: Tensor, token: int | Exception | None = None) -> Event:
+        """Sample ``seq``'s next token from ``(1, V)`` logits (or take ``token``, or fail with it); end it where
+        it is done.
 
         A failure here (a model that gives no numbers, say) ends ``seq`` alone, with an ``"error"`` event.
         """
         try:
-            if token is None and probs is not None:
-                token = int(draw(probs, torch.rand(1, 1, generator=seq.generator, device=probs.device))[0])
+            if isinstance(token, Exception):
+                raise token
             return self._sample(seq, logits, token)
         except Exception as exc:  # one sequence's failure is its own: the batch goes on
             self.live.pop(seq.handle, None)

@@ -3,18 +3,18 @@
 ``KVCache`` grows as tokens come, so every decode step of ``GPT.forward`` has a
 new shape, and a compiler traces a new graph for each (or gives up). Here the
 cache is allocated once at its capacity (``StaticCache``: keys and values
-``(N, L, B, H, D)``, the column first), a step reads the filled columns, a
-prefix of the buffers and so a contiguous tensor, with the padded ones masked,
-and returns its keys and values for a column given as a tensor, so every step
-of a sequence runs the same code, compiled once with the width of the filled
-part and the number of rows as its dynamic dimensions (one package per model
-serves a sequence alone and a running batch of any size)::
+``(L, B, H, N, D)``, each row's and head's columns one contiguous block), a
+step reads the filled columns, a prefix of each block, with the padded ones
+masked, and returns its keys and values for a column given as a tensor, so
+every step of a sequence runs the same code, compiled once with the width of
+the filled part, the capacity and the number of rows as its dynamic dimensions
+(one package per model serves a sequence alone and a running batch of any size)::
 
     cache = StaticCache.for_model(model, batch=1, capacity=272)
     logits = model(prompt, cache=cache.kv_cache())         # prefill, eager, in one call
     step, why_not = compiled_step(model)                   # or DecodeStep(model), uncompiled
     width = step_width(model, column, cache.capacity)     # the filled columns (at least 2)
-    logits, keys, values = step(token, column, positions, visible[:, :width], *cache.view(width))
+    logits, keys, values = step(token, column, positions, visible[:, :width], *cache.buffers())
     cache.write(column, keys, values)
 
 ``generate`` (``SamplingSettings.decode``) and ``ContinuousBatch(decode=...)``
@@ -33,6 +33,7 @@ distance alone), so a padded row gets what it gets alone.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import platform
 import tempfile
@@ -52,22 +53,24 @@ from alilama_core.engine.model import GPT, KVCache
 
 
 class StaticCache:
-    """Keys and values of every layer, ``(N, L, B, H, D)``, allocated once for ``N`` positions.
+    """Keys and values of every layer, ``(L, B, H, N, D)``, allocated once for ``N`` positions.
 
-    The column comes first so that the first ``w`` columns (``view``) are one
-    contiguous block: a step reads only the filled part, as the eager path does.
+    Each row's and head's columns are one contiguous ``(N, D)`` block, so a step
+    reads the filled part of each as one run of memory (a running batch's cache is
+    megabytes: with the column first, the same reads jumped a whole ``(L, B, H, D)``
+    slab per column, measured 1.6x slower at 16 rows and 128 columns).
     ``kv_cache()`` views the same buffers as a ``KVCache`` (layers of
     ``(B, H, N, D)``) for the eager prefill, placing and shifting (it never grows past ``N``).
     """
 
     def __init__(self, keys: Tensor, values: Tensor) -> None:
-        self.keys, self.values = keys, values  # (N, L, B, H, D) each
+        self.keys, self.values = keys, values  # (L, B, H, N, D) each
 
     @classmethod
     def for_model(cls, model: GPT, batch: int, capacity: int, dtype: torch.dtype | None = None) -> "StaticCache":
         cfg = model.config
         weight = model.tok_emb.weight
-        shape = (capacity, cfg.n_layers, batch, cfg.n_heads, cfg.d_model // cfg.n_heads)
+        shape = (cfg.n_layers, batch, cfg.n_heads, capacity, cfg.d_model // cfg.n_heads)
         dtype = dtype or weight.dtype
         # zeros: a masked key is never NaN
         return cls(
@@ -76,33 +79,33 @@ class StaticCache:
 
     @property
     def capacity(self) -> int:
-        return self.keys.size(0)
+        return self.keys.size(3)
 
     @property
     def batch(self) -> int:
-        return self.keys.size(2)
+        return self.keys.size(1)
 
-    def view(self, width: int) -> tuple[Tensor, Tensor]:
-        """The first ``width`` columns of keys and values, ``(width, L, B, H, D)`` each (contiguous)."""
-        return self.keys[:width], self.values[:width]
+    def buffers(self) -> tuple[Tensor, Tensor]:
+        """Keys and values, ``(L, B, H, N, D)`` each: what a step reads (the first ``W`` columns of each block)."""
+        return self.keys, self.values
 
     def write(self, column: Tensor, keys: Tensor, values: Tensor) -> None:
-        """Store one step's ``keys`` and ``values`` ``(1, L, B, H, D)`` at ``column`` ``(1,)``."""
-        self.keys.index_copy_(0, column, keys)
-        self.values.index_copy_(0, column, values)
+        """Store one step's ``keys`` and ``values`` ``(L, B, H, 1, D)`` at ``column`` ``(1,)``."""
+        self.keys.index_copy_(3, column, keys)
+        self.values.index_copy_(3, column, values)
 
     def move_rows(self, rows: list[int], into: "StaticCache", width: int) -> None:
         """Copy this cache's ``rows`` into the first rows of ``into``, their first ``width`` columns: a running
         batch moves to a cache of fewer rows, or more, as sequences leave and join."""
         index = torch.tensor(rows, dtype=torch.long, device=self.keys.device)
-        into.keys[:width, :, : len(rows)] = self.keys[:width, :, index]
-        into.values[:width, :, : len(rows)] = self.values[:width, :, index]
+        into.keys[:, : len(rows), :, :width] = self.keys[:, index, :, :width]
+        into.values[:, : len(rows), :, :width] = self.values[:, index, :, :width]
 
     def kv_cache(self, length: int = 0) -> KVCache:
         """A ``KVCache`` over these buffers, ``length`` positions filled (its writes land here)."""
         cache = KVCache(capacity=self.capacity)
-        cache._keys = [self.keys[:, layer].permute(1, 2, 0, 3) for layer in range(self.keys.size(1))]  # (B, H, N, D)
-        cache._values = [self.values[:, layer].permute(1, 2, 0, 3) for layer in range(self.values.size(1))]
+        cache._keys = list(self.keys.unbind(0))  # (B, H, N, D) each
+        cache._values = list(self.values.unbind(0))
         cache._lengths = [length] * len(cache._keys)
         cache.chunk = self.capacity  # it must not grow: a step past N is the caller's error
         return cache
@@ -112,9 +115,9 @@ class DecodeStep(nn.Module):
     """One decoding step on a ``StaticCache``: one new token per row at cache column ``column``.
 
     ``forward(tokens (B, 1), column (1,), positions (B, 1), visible (B, W), keys, values)
-    -> (logits (B, V), keys (1, L, B, H, D), values (1, L, B, H, D))``: ``keys`` and ``values`` are the
-    cache's first ``W`` columns ``(W, L, B, H, D)`` (``StaticCache.view``, ``W >= column``); the step
-    reads them and returns the new token's keys and values, which the caller writes at ``column``
+    -> (logits (B, V), keys (L, B, H, 1, D), values (L, B, H, 1, D))``: ``keys`` and ``values`` are the
+    whole cache ``(L, B, H, N, D)`` (``StaticCache.buffers``); the step reads their first ``W`` columns
+    (``column <= W <= N``) and returns the new token's keys and values, which the caller writes at ``column``
     (``StaticCache.write``; a compiled graph that wrote them itself would copy the whole buffer).
     ``positions`` are each row's own positions (rotary and embedding schemes); ``visible`` marks the
     columns before ``column`` that a row may see (its padding is ``False``); columns from ``column`` on
@@ -130,7 +133,8 @@ class DecodeStep(nn.Module):
     ) -> tuple[Tensor, Tensor, Tensor]:
         model = self.model
         scheme = model.positional
-        n, scale = keys.size(0), keys.size(-1) ** -0.5
+        n, scale = visible.size(1), keys.size(-1) ** -0.5
+        torch._check(n <= keys.size(3))  # the columns read are inside the cache
         x = model.tok_emb(tokens)  # (B, 1, C)
         if scheme.kind == "embedding":
             x = x + scheme.embed(positions)  # (B, 1, C)
@@ -146,18 +150,18 @@ class DecodeStep(nn.Module):
         new_keys, new_values = [], []
         for layer, block in enumerate(model.blocks):
             q, k, v = block.attn.project(block.ln_attn(x), positions)  # (B, H, 1, D) each
-            cached_k = keys[:, layer].permute(1, 2, 3, 0)  # (B, H, D, N)
-            cached_v = values[:, layer].permute(1, 2, 0, 3)  # (B, H, N, D)
-            old = (q @ cached_k).float() * scale + old_bias  # (B, H, 1, N)
+            cached_k = keys[layer, :, :, :n]  # (B, H, N, D)
+            cached_v = values[layer, :, :, :n]  # (B, H, N, D)
+            old = (q @ cached_k.transpose(-1, -2)).float() * scale + old_bias  # (B, H, 1, N)
             own = (q * k).sum(-1, keepdim=True).float() * scale + new_bias  # (B, H, 1, 1)
             p = torch.cat((old, own), dim=-1).softmax(dim=-1).to(v.dtype)  # (B, H, 1, N + 1)
             y = p[..., :n] @ cached_v + p[..., n:] * v  # (B, H, 1, D)
             x = x + block.attn.output(y)  # (B, 1, C)
             x = x + block.mlp(block.ln_mlp(x))  # (B, 1, C)
-            new_keys.append(k[:, :, 0])  # (B, H, D)
-            new_values.append(v[:, :, 0])
+            new_keys.append(k)  # (B, H, 1, D)
+            new_values.append(v)
         logits = model.head(model.ln_f(x))[:, -1]  # (B, V)
-        return logits, torch.stack(new_keys)[None], torch.stack(new_values)[None]  # (B, V), (1, L, B, H, D) twice
+        return logits, torch.stack(new_keys), torch.stack(new_values)  # (B, V), (L, B, H, 1, D) twice
 
 
 # -- choosing and building the compiled step -------------------------------------------------------
@@ -171,7 +175,8 @@ CUDA), built if need be. ``auto``: the compiled step when it is ready without co
 earlier in this process or cached in the run folder; loading a package takes milliseconds), else eager."""
 
 SAMPLE_CAPACITY = 64
-"""The cache width the package is traced at; the width is a dynamic dimension, so one package serves any."""
+"""The cache capacity the package is traced at (and a few columns fewer read); both are dynamic dimensions,
+so one package serves any."""
 MAX_CAPACITY = 1 << 20
 SAMPLE_ROWS = 4
 """The rows the package is traced with; the rows are a dynamic dimension too (``build_package``)."""
@@ -346,33 +351,38 @@ def package_key(model: GPT) -> str:
     return key
 
 
-def example_inputs(model: GPT, batch: int, capacity: int) -> tuple[Tensor, ...]:
-    """Inputs of ``DecodeStep`` for ``batch`` rows and a cache of ``capacity`` columns (what it is traced with)."""
+def example_inputs(model: GPT, batch: int, capacity: int, width: int | None = None) -> tuple[Tensor, ...]:
+    """Inputs of ``DecodeStep`` for ``batch`` rows and a cache of ``capacity`` columns, ``width`` of them read
+    (default: all); what it is traced with."""
     device = model.tok_emb.weight.device
     cache = StaticCache.for_model(model, batch, capacity)
-    column = capacity // 2
+    width = capacity if width is None else width
+    column = width // 2
     return (
         torch.zeros(batch, 1, dtype=torch.long, device=device),
         torch.tensor([column], device=device),
         torch.full((batch, 1), column, dtype=torch.long, device=device),
-        torch.ones(batch, capacity, dtype=torch.bool, device=device),
-        *cache.view(capacity),
+        torch.ones(batch, width, dtype=torch.bool, device=device),
+        *cache.buffers(),
     )
 
 
 def build_package(model: GPT, path: Path) -> None:
-    """Export the ``DecodeStep`` of ``model`` for any number of rows and cache width and compile it to ``path``.
+    """Export the ``DecodeStep`` of ``model`` for any number of rows, cache capacity and columns read, and
+    compile it to ``path``.
 
-    Both are dynamic dimensions: one package serves a batch of one row and a running batch of many, and
+    All three are dynamic dimensions: one package serves a batch of one row and a running batch of many, and
     its kernels run as fast as those of a package traced for one size (measured at 1 to 16 rows)."""
     step = DecodeStep(model).eval()
-    width = torch.export.Dim("capacity", min=2, max=MAX_CAPACITY)
+    width = torch.export.Dim("width", min=2, max=MAX_CAPACITY)
+    capacity = torch.export.Dim("capacity", min=2, max=MAX_CAPACITY)
     rows = torch.export.Dim("rows", min=1, max=MAX_ROWS)
-    shapes = ({0: rows}, None, {0: rows}, {0: rows, 1: width}, {0: width, 2: rows}, {0: width, 2: rows})
+    shapes = ({0: rows}, None, {0: rows}, {0: rows, 1: width}, {1: rows, 3: capacity}, {1: rows, 3: capacity})
+    example = example_inputs(model, SAMPLE_ROWS, SAMPLE_CAPACITY, SAMPLE_CAPACITY - 8)  # W < N: two dimensions
     with torch.no_grad(), warnings.catch_warnings():
         # the compiler's own use of an API torch deprecates; nothing a user of Alilama can act on
         warnings.filterwarnings("ignore", message="TypedStorage is deprecated", category=UserWarning)
-        program = torch.export.export(step, example_inputs(model, SAMPLE_ROWS, SAMPLE_CAPACITY), dynamic_shapes=shapes)
+        program = torch.export.export(step, example, dynamic_shapes=shapes)
         configs = dict(INDUCTOR_CONFIGS)  # a copy: the compiler adds to the dict it is given (and the key reads it)
         torch._inductor.aoti_compile_and_package(program, package_path=str(path), inductor_configs=configs)
 
@@ -398,6 +408,17 @@ def _load(path: Path) -> Callable:
         return loader.boxed_run(list(tensors))
 
     return run
+
+
+@functools.cache
+def _capsules() -> tuple[Callable, Callable]:
+    """``PyCapsule_GetPointer`` and ``PyCapsule_New`` with their signatures, as private prototypes (setting
+    ``argtypes`` on ``ctypes.pythonapi``'s own would change them for every user of ``ctypes`` in the process)."""
+    import ctypes
+
+    pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)
+    capsule = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
+    return pointer(("PyCapsule_GetPointer", ctypes.pythonapi)), capsule(("PyCapsule_New", ctypes.pythonapi))
 
 
 class _NoInterface(Exception):
@@ -449,13 +470,7 @@ class _Unlocked:
             ctypes.c_void_p,
             ctypes.c_void_p,
         ]
-        self._pointer = ctypes.pythonapi.PyCapsule_GetPointer
-        self._pointer.restype, self._pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
-        self._capsule = ctypes.pythonapi.PyCapsule_New
-        self._capsule.restype, self._capsule.argtypes = (
-            ctypes.py_object,
-            [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p],
-        )
+        self._pointer, self._capsule = _capsules()
 
     @staticmethod
     def _check(error: int, what: str) -> None:

@@ -137,11 +137,23 @@ def draw(probs: Tensor, uniform: Tensor) -> Tensor:
     (``torch.multinomial`` would draw a number per id of the vocabulary, row by row). ``RuntimeError`` for a
     row whose probabilities are not finite and positive.
     """
+    tokens, fine = draw_rows(probs, uniform)
+    if not bool(fine.all()):
+        raise RuntimeError(NOT_PROBABILITIES)
+    return tokens
+
+
+NOT_PROBABILITIES = "the sampling probabilities are not finite and positive (a NaN or inf in the logits)"
+
+
+def draw_rows(probs: Tensor, uniform: Tensor) -> tuple[Tensor, Tensor]:
+    """``draw`` without the check: each row's token ``(B,)`` and whether its probabilities were finite and
+    positive ``(B,)`` (a row that was not gets an arbitrary id). Each row's token is the one it draws alone."""
     cdf = probs.cumsum(dim=-1)  # (B, V)
     total = cdf[:, -1:]  # (B, 1)
-    if not bool(((total > 0) & torch.isfinite(total)).all()) or bool((probs < 0).any()):
-        raise RuntimeError("the sampling probabilities are not finite and positive (a NaN or inf in the logits)")
-    return torch.searchsorted(cdf, uniform.to(cdf.dtype) * total, right=True).clamp_(max=probs.size(-1) - 1)[:, 0]
+    fine = ((total > 0) & torch.isfinite(total))[:, 0] & ~(probs < 0).any(dim=-1)  # (B,)
+    tokens = torch.searchsorted(cdf, uniform.to(cdf.dtype) * total, right=True).clamp_(max=probs.size(-1) - 1)
+    return tokens[:, 0], fine
 
 
 def sampling_probs(logits: Tensor, settings: SamplingSettings) -> Tensor:
@@ -315,7 +327,7 @@ def _compiled_stream(
             return
         seq[:, length] = token
         w = step_width(model, length, cache.capacity)  # the filled columns: what the eager path attends to
-        logits, keys, values = step(token[:, None], column, position, visible[:, :w].contiguous(), *cache.view(w))
+        logits, keys, values = step(token[:, None], column, position, visible[:, :w].contiguous(), *cache.buffers())
         cache.write(column, keys, values)
         column += 1
         position += 1

@@ -67,9 +67,9 @@ def test_seeded_sampling_is_the_sequences_own():
 
 
 def test_sequences_that_sample_alike_share_one_computation_and_each_draws_its_own():
-    """Rows with equal temperature, top-k and top-p (and nothing else) get their probabilities from one
-    computation; each still draws with its own generator the tokens it makes alone, and one with a NaN
-    temperature in such a group fails alone."""
+    """Rows with equal temperature, top-k and top-p (and nothing else) draw together, from one computation of
+    their probabilities; each still draws with its own generator the tokens it makes alone, a group with a NaN
+    temperature fails alone, and a row whose logits are not numbers fails without its group."""
     model = model_for("rope")
 
     def settings(i: int) -> SamplingSettings:
@@ -77,8 +77,8 @@ def test_sequences_that_sample_alike_share_one_computation_and_each_draws_its_ow
 
     batch = ContinuousBatch(model, rows=5, capacity=64, eot_id=EOT)
     shared = []
-    compute = batch._shared_probs
-    batch._shared_probs = lambda sequences, logits: shared.append(compute(sequences, logits)) or shared[-1]
+    compute = batch._shared_draws
+    batch._shared_draws = lambda sequences, logits: shared.append(compute(sequences, logits)) or shared[-1]
     got = run_staggered(batch, PROMPTS, settings, [0, 0, 0, 1, 1])
     assert max(len(s) for s in shared) >= 4  # the shared path ran, for every row that samples alike
     for i, prompt in enumerate(PROMPTS):
@@ -91,6 +91,14 @@ def test_sequences_that_sample_alike_share_one_computation_and_each_draws_its_ow
     events = {e.handle: e for e in batch.step()}
     assert events[handles[1]].finish_reason == "error" and events[handles[2]].finish_reason == "error"
     assert events[handles[0]].finish_reason is None and handles[0] in batch.live
+
+    batch = ContinuousBatch(model, rows=3, capacity=64, eot_id=EOT)
+    handles = [batch.join(PROMPTS[i], settings(i))[0] for i in range(3)]
+    logits = torch.randn(3, model.config.vocab_size)
+    logits[batch.live[handles[1]].row] = float("nan")  # one row's logits, in a group of three
+    events = {e.handle: e for e in batch._events(logits)}
+    assert events[handles[1]].finish_reason == "error" and "not finite" in str(events[handles[1]].error)
+    assert all(events[h].finish_reason is None and events[h].token is not None for h in (handles[0], handles[2]))
 
 
 def test_a_sequence_that_leaves_frees_its_row_at_once_and_makes_no_more_tokens():

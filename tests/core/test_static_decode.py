@@ -98,7 +98,7 @@ def both_paths(model, batch: list[list[int]], steps: int, step=None, chunk: int 
         token = eager[-1].argmax(-1, keepdim=True)  # (B, 1)
         column = torch.tensor([n])
         w = max(n, 2)  # the filled columns, as generate passes them
-        logits, keys, values = step(token, column, position, seq_mask[:, :w].contiguous(), *static.view(w))
+        logits, keys, values = step(token, column, position, seq_mask[:, :w].contiguous(), *static.buffers())
         static.write(column, keys, values)
         compiled.append(logits)
         eager.append(
