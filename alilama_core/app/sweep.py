@@ -479,7 +479,8 @@ def train_args(plan: Plan, trial: Trial, out: Path | str) -> list[str]:
 
 
 PRESET = "preset"
-"""The one space key that is not a config field: sweeping it trains each trial from another preset."""
+"""A space key that is not a config field: sweeping it trains each trial from another preset (the other is
+``sweeps.POINT``, a sweep's named points)."""
 
 
 def field_args(plan: Plan, trial: Trial) -> list[str]:
