@@ -29,7 +29,7 @@ from alilama_bench import FULL
 
 from alilama_core import build_model
 from alilama_core.engine import decode as dec
-from alilama_core.engine.batching import ContinuousBatch
+from alilama_core.engine.batching import ContinuousBatch, Join
 from alilama_core.engine.configs import preset
 from alilama_core.engine.generation import SamplingSettings, generate
 
@@ -131,3 +131,33 @@ def test_continuous_batch_16_rows(benchmark, model):
         f"\n{ROWS} rows: {rates}, x{rates['compiled'] / rates['eager']:.2f}, build {built:.0f} s, load {os.getloadavg()}"
     )
     benchmark.pedantic(lambda: serve("compiled"), rounds=1, iterations=1)
+
+
+def test_joins_prefilled_together(benchmark, model):
+    """16 requests that arrive between two steps (prompts of 12 to 27 tokens): ``join_many``, one left-padded
+    forward pass, against a ``join`` each, as the server admitted them before. The first tokens are the same."""
+    prompts = [
+        torch.randint(0, 4096, (12 + i,), generator=torch.Generator().manual_seed(i)).tolist() for i in range(ROWS)
+    ]
+    settings = SamplingSettings(max_new_tokens=1, temperature=0)
+
+    batches = {together: ContinuousBatch(model, rows=ROWS, capacity=512, decode="eager") for together in (False, True)}
+
+    def admit(together: bool) -> list[int | None]:
+        batch = batches[together]  # a server's batch: made once, its rows freed after each round
+        if together:
+            joined = batch.join_many([Join(p, settings) for p in prompts])
+        else:
+            joined = [batch.join(p, settings) for p in prompts]
+        for handle, _ in joined:
+            batch.leave(handle)
+        return [event.token for _, event in joined]
+
+    medians, outputs = _rounds({"one by one": lambda: admit(False), "together": lambda: admit(True)}, 3 * ROUNDS)
+    assert outputs["together"] == outputs["one by one"]
+    ms = {name: round(1000 * m, 1) for name, m in medians.items()}
+    benchmark.extra_info.update(
+        ms=ms, speedup=round(ms["one by one"] / ms["together"], 2), threads=THREADS, load=os.getloadavg()[0]
+    )
+    print(f"\n{ROWS} joins: {ms} ms, x{ms['one by one'] / ms['together']:.2f}, load {os.getloadavg()}")
+    benchmark.pedantic(lambda: admit(True), rounds=1, iterations=1)

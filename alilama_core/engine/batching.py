@@ -1,9 +1,10 @@
 """Continuous batching: sequences join and leave a running batch between decode steps.
 
 One forward pass per decode step serves every sequence in the batch, so many
-clients cost little more than one. A sequence that joins is prefilled alone
-(its prompt through the model into a cache of its own), its first token is
-sampled, and its keys and values are placed in a free row of the batch's
+clients cost little more than one. A sequence that joins is prefilled (its
+prompt through the model into a cache of its own; sequences that join together,
+``join_many``, in one left-padded forward pass), its first token is sampled,
+and its keys and values are placed in a free row of the batch's
 ``KVCache`` so that they end where the other rows' end: rows are left-padded,
 the padding masked (``key_padding_mask``), and each row carries its own
 position ids, as ``generate_stream`` does for a padded batch. A sequence that
@@ -43,8 +44,10 @@ from alilama_core.engine.generation import (
     NOT_PROBABILITIES,
     SamplingSettings,
     draw_rows,
+    left_pad,
     next_token,
     position_room,
+    row_positions,
     sampling_probs,
 )
 from alilama_core.engine.model import GPT, KVCache
@@ -68,6 +71,38 @@ class Sequence:
     """Report each token's log-probability and this many likeliest alternatives (``None``: none)."""
     ignore_eos: bool = False
     """Go on past end-of-text (to ``limit`` tokens), as load tests want."""
+
+
+@dataclass
+class Join:
+    """A sequence asking to join (``ContinuousBatch.join_many``): its prompt and how it wants its tokens."""
+
+    prompt: list[int]
+    settings: SamplingSettings
+    logprobs: int | None = None
+    ignore_eos: bool = False
+    echo: bool = False
+    """With ``logprobs``: score the prompt's own tokens too (``score_tokens``), from the same prefill."""
+
+    @property
+    def scored(self) -> bool:
+        return self.echo and self.logprobs is not None
+
+
+def prefill_groups(joins: list[Join], indices: list[int]) -> list[list[int]]:
+    """Which of ``joins`` (by index) are prefilled together: by length, a group's padding never more than its
+    tokens; a join that scores its prompt alone (all its positions' logits are kept)."""
+    groups: list[list[int]] = [[i] for i in indices if joins[i].scored]
+    group: list[int] = []
+    tokens = 0
+    for i in sorted((i for i in indices if not joins[i].scored), key=lambda i: len(joins[i].prompt)):
+        n = len(joins[i].prompt)  # the longest so far: the group's width
+        if group and n * (len(group) + 1) > 2 * (tokens + n):
+            groups.append(group)
+            group, tokens = [], 0
+        group.append(i)
+        tokens += n
+    return groups + ([group] if group else [])
 
 
 @dataclass
@@ -160,7 +195,6 @@ class ContinuousBatch:
     def free_rows(self) -> int:
         return self.rows - len(self.live)
 
-    @torch.no_grad()
     def join(
         self,
         prompt: list[int],
@@ -169,13 +203,52 @@ class ContinuousBatch:
         ignore_eos: bool = False,
         echo: bool = False,
     ) -> tuple[int, Event]:
-        """Add a sequence: prefill ``prompt`` alone, sample its first token; ``(handle, that first event)``.
+        """Add a sequence: prefill ``prompt``, sample its first token; ``(handle, that first event)``.
 
         ``logprobs``: each event then carries the token's log-probability and the ``logprobs``
         likeliest tokens with theirs (0: the token's alone). ``ignore_eos``: end-of-text is a token like
         any other for this sequence. ``echo`` (with ``logprobs``): the first event also carries the
         prompt's own scores (``score_tokens``), from the same prefill. Nothing is changed when it fails.
         """
+        (result,) = self.join_many([Join(list(prompt), settings, logprobs, ignore_eos, echo)])
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    @torch.no_grad()
+    def join_many(self, joins: list[Join]) -> list[tuple[int, Event] | Exception]:
+        """Add several sequences at once, their prompts prefilled together (``prefill_groups``).
+
+        One result per join, in order: ``(handle, first event)``, or the exception that refused that join
+        alone (a bad prompt or settings, no free row), the others joining all the same. Many clients that
+        arrive together wait for one forward pass over their prompts, not one each.
+        """
+        results: list[tuple[int, Event] | Exception | None] = [None] * len(joins)
+        rooms: dict[int, int | None] = {}
+        for i, join in enumerate(joins):
+            try:
+                if len(rooms) == self.free_rows:
+                    raise ConfigError(f"the batch is full ({self.rows} rows); wait for a sequence to end")
+                rooms[i] = self._room(join)
+            except Exception as exc:
+                results[i] = exc
+        for group in prefill_groups(joins, list(rooms)):
+            try:
+                own, logits = self._prefill([joins[i] for i in group])
+            except Exception as exc:
+                if len(group) == 1:
+                    results[group[0]] = exc
+                    continue
+                for i in group:  # each alone: a failure is its own join's
+                    results[i] = self.join_many([joins[i]])[0]
+                continue
+            for r, i in enumerate(group):
+                results[i] = self._start(joins[i], rooms[i], own, r, logits[r])
+        return results  # type: ignore[return-value]
+
+    def _room(self, join: Join) -> int | None:
+        """Refuse a join this batch cannot take; the room its positional scheme leaves after the prompt."""
+        prompt, settings = join.prompt, join.settings
         settings.validate(self.model.config.vocab_size)
         if any(not 0 <= t < self.model.config.vocab_size for t in prompt):
             raise ConfigError(f"a prompt token id is outside this model's 0..{self.model.config.vocab_size - 1}")
@@ -183,8 +256,6 @@ class ContinuousBatch:
             raise ConfigError("a prompt needs at least one token (encode an empty prompt as the EOT token)")
         if settings.max_new_tokens < 1:
             raise ConfigError("a sequence joins a batch to make at least one token (max_new_tokens >= 1)")
-        if not self.free_rows:
-            raise ConfigError(f"the batch is full ({self.rows} rows); wait for a sequence to end")
         if len(prompt) >= self.capacity:
             raise ConfigError(f"the prompt has {len(prompt)} tokens; this batch holds at most {self.capacity - 1}")
         room = position_room(self.model, len(prompt))
@@ -193,25 +264,51 @@ class ContinuousBatch:
                 f"the prompt has {len(prompt)} tokens but positional scheme {self.model.config.positional!r} "
                 f"covers {self.model.positional.max_positions} positions; shorten the prompt"
             )
+        return room
+
+    def _prefill(self, joins: list[Join]) -> tuple[KVCache, Tensor]:
+        """The prompts' forward pass, left-padded into one batch as ``generate`` pads: their cache and logits,
+        ``(G, V)``, or ``(G, T, V)`` for a join that scores its prompt (it is prefilled alone)."""
+        ids, mask = left_pad([join.prompt for join in joins], 0, self.device)
+        padded = not bool(mask.all())
+        own = KVCache(capacity=ids.size(1), chunk=ids.size(1))  # the prompts' columns, not a chunk's
+        scored = joins[0].scored
+        logits = self.model(
+            ids,
+            cache=own,
+            key_padding_mask=mask if padded else None,
+            position_ids=row_positions(mask) if padded else None,
+            logits_to_keep=0 if scored else 1,
+        )  # (G, W or 1, V)
+        return own, logits if scored else logits[:, -1]
+
+    def _start(self, join: Join, room: int | None, own: KVCache, source_row: int, logits: Tensor) -> tuple[int, Event]:
+        """Place a prefilled join in a free row and sample its first token from its ``logits``."""
+        settings = join.settings
         generator = torch.Generator(device=self.device)
         generator.manual_seed(settings.seed) if settings.seed is not None else generator.seed()
-        own = KVCache(capacity=len(prompt))
-        ids = torch.tensor([prompt], dtype=torch.long, device=self.device)
-        scored = echo and logprobs is not None
-        logits = self.model(ids, cache=own, logits_to_keep=0 if scored else 1)  # (1, T or 1, V)
-        prompt_scores = score_tokens(logits[0], prompt, logprobs or 0) if scored else None
-        logits = logits[:, -1]  # (1, V)
+        prompt_scores = None
+        if join.scored:  # (T, V): the prompt's own scores, then the last position's logits
+            prompt_scores = score_tokens(logits, join.prompt, join.logprobs or 0)
+            logits = logits[-1]
         if self.static is not None and len(self.live) == self.static.batch:  # every row of the cache is taken
             self._regroup(self._bucket(len(self.live) + 1))
         row = min(set(range(self.rows)) - {s.row for s in self.live.values()})
         limit = settings.max_new_tokens if room is None else min(settings.max_new_tokens, room)
         seq = Sequence(
-            self._next_handle, row, settings, generator, list(prompt), limit, logprobs=logprobs, ignore_eos=ignore_eos
+            self._next_handle,
+            row,
+            settings,
+            generator,
+            list(join.prompt),
+            limit,
+            logprobs=join.logprobs,
+            ignore_eos=join.ignore_eos,
         )
         self._next_handle += 1
-        self._place(seq, own)
+        self._place(seq, own, source_row, len(join.prompt))
         self.live[seq.handle] = seq
-        event = self._sampled(seq, logits)
+        event = self._sampled(seq, logits[None])
         event.prompt = prompt_scores
         return seq.handle, event
 
@@ -372,9 +469,9 @@ class ContinuousBatch:
             return Event(seq.handle, token, "length", **scores)
         return Event(seq.handle, token, **scores)
 
-    def _place(self, seq: Sequence, own: KVCache) -> None:
-        """Put the prefilled ``own`` cache in ``seq``'s row so that it ends at the batch's current column."""
-        n = len(own)
+    def _place(self, seq: Sequence, own: KVCache, source_row: int, n: int) -> None:
+        """Put ``seq``'s ``n`` prefilled positions, the last of ``own``'s row ``source_row``, in ``seq``'s row so
+        that they end at the batch's current column."""
         if not self.reserved:
             self.cache.reserve(own, self.rows, self.capacity)
             self.reserved = True
@@ -386,7 +483,7 @@ class ContinuousBatch:
                 self._shift(n - self.length)
             self.length = n
         self.cache.set_length(self.length)
-        self.cache.place(seq.row, own, self.length)
+        self.cache.place(seq.row, own, self.length, source_row, n)
         self.mask[seq.row] = False
         self.mask[seq.row, self.length - n : self.length] = True
         self.positions[seq.row] = n

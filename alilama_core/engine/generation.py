@@ -195,7 +195,8 @@ def nucleus(logits: Tensor, top_p: float) -> Tensor:
     return logits.masked_fill(~keep, float("-inf"))
 
 
-def _left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device) -> tuple[Tensor, Tensor]:
+def left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device) -> tuple[Tensor, Tensor]:
+    """The prompts as one ``(B, W)`` batch, each ended at the right, and its mask (``True`` on real tokens)."""
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long, device=device)
     mask = torch.zeros((len(prompts), width), dtype=torch.bool, device=device)
@@ -204,6 +205,11 @@ def _left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device) -> tuple[Te
             ids[row, width - len(prompt) :] = torch.as_tensor(list(prompt), dtype=torch.long)
             mask[row, width - len(prompt) :] = True
     return ids, mask
+
+
+def row_positions(mask: Tensor) -> Tensor:
+    """Each row's own positions, from 0 at its first real token, under a left-padded ``(B, W)`` ``mask``."""
+    return (mask.long().cumsum(dim=1) - 1).clamp(min=0)
 
 
 @torch.no_grad()
@@ -222,7 +228,7 @@ def generate_stream(
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ConfigError("every prompt needs at least one token (encode an empty prompt as the EOT token)")
     device = next(model.parameters()).device
-    ids, mask = _left_pad(prompts, eot_id if eot_id is not None else 0, device)
+    ids, mask = left_pad(prompts, eot_id if eot_id is not None else 0, device)
     padded = not bool(mask.all())
     generator = torch.Generator(device=device)
     if settings.seed is not None:
@@ -245,7 +251,7 @@ def generate_stream(
     seq[:, :width] = ids
     seq_mask = torch.ones(B, total, dtype=torch.bool, device=device)
     seq_mask[:, :width] = mask
-    positions = (mask.long().cumsum(dim=1) - 1).clamp(min=0) if padded else None  # (B, W) per-row positions
+    positions = row_positions(mask) if padded else None  # (B, W)
     done = torch.zeros(B, dtype=torch.bool, device=device)
     step = decode_step(model, settings.decode) if settings.use_cache and steps > 1 else None
     if step is not None:
@@ -258,7 +264,7 @@ def generate_stream(
         if cache is None:
             step_input = seq[:, :length]
             if padded:
-                positions = (seq_mask[:, :length].long().cumsum(dim=1) - 1).clamp(min=0)
+                positions = row_positions(seq_mask[:, :length])
         logits = model(
             step_input,
             cache=cache,

@@ -122,12 +122,14 @@ class KVCache:
         self._values = [v.new_zeros(batch, v.size(1), capacity, v.size(3)) for v in like._values]
         self._lengths = [0] * len(self._keys)
 
-    def place(self, row: int, source: "KVCache", stop: int) -> None:
-        """Copy ``source``'s one row of positions into ``row``, ending at position ``stop`` (left of it: old data)."""
+    def place(self, row: int, source: "KVCache", stop: int, source_row: int = 0, count: int | None = None) -> None:
+        """Copy the last ``count`` positions (all) of ``source``'s row ``source_row`` into ``row``, ending at
+        position ``stop`` (left of it: old data)."""
         n = len(source)
+        count = n if count is None else count
         for mine, theirs in ((self._keys, source._keys), (self._values, source._values)):
             for layer, buffer in enumerate(mine):
-                buffer[row, :, stop - n : stop] = theirs[layer][0, :, :n]
+                buffer[row, :, stop - count : stop] = theirs[layer][source_row, :, n - count : n]
 
     def shift(self, by: int) -> None:
         """Move every row's positions ``by`` places right (``by < 0``: left, dropping the first ``-by``)."""

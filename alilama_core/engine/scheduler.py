@@ -256,32 +256,52 @@ class Scheduler(threading.Thread):
             if job.handle is not None:
                 self.batch.leave(job.handle)
                 self.jobs.pop(job.handle, None)
-        while self.waiting and self.batch.free_rows:
+        admitted: list[Job] = []  # prefilled together: clients that arrive at once wait for one forward pass
+        while self.waiting and len(admitted) < self.batch.free_rows:
             job = self.waiting.popleft()
             with self.lock:
                 self.pending -= 1
-            if not job.cancelled:
-                self._admit(job)
+            if job.cancelled:
+                continue
+            if job.settings.max_new_tokens == 0:  # echo of a prompt's scores, nothing generated: no row
+                self._score(job)
+            else:
+                admitted.append(job)
+        if admitted:
+            self._admit(admitted)
         for event in self.batch.step():
             self._event(event)
 
-    def _admit(self, job: Job) -> None:
-        """Start ``job`` (or score its prompt alone); a failure answers ``job`` alone."""
+    def _score(self, job: Job) -> None:
+        """Answer ``job`` with its prompt's scores alone (``max_new_tokens == 0``)."""
         from alilama_core.engine.batching import Event, score_prompt
 
         try:
-            if job.settings.max_new_tokens == 0:  # echo of a prompt's scores, nothing generated
-                scores = score_prompt(self.batch.model, job.prompt, job.logprobs or 0)
-                self._deliver(job, Event(-1, None, "length", prompt=scores))
-                return
-            job.handle, event = self.batch.join(job.prompt, job.settings, job.logprobs, job.ignore_eos, job.echo)
+            scores = score_prompt(self.batch.model, job.prompt, job.logprobs or 0)
         except Exception as exc:
-            if not isinstance(exc, AlilamaError):
-                traceback.print_exc()
-            self._deliver(job, Event(-1, None, "error", error=exc))
+            self._fail(job, exc)
             return
-        self.jobs[job.handle] = job
-        self._event(event)
+        self._deliver(job, Event(-1, None, "length", prompt=scores))
+
+    def _admit(self, jobs: list[Job]) -> None:
+        """Start ``jobs`` in the batch, together; a failure answers its own job alone."""
+        from alilama_core.engine.batching import Join
+
+        joins = [Join(job.prompt, job.settings, job.logprobs, job.ignore_eos, job.echo) for job in jobs]
+        for job, result in zip(jobs, self.batch.join_many(joins)):
+            if isinstance(result, Exception):
+                self._fail(job, result)
+                continue
+            job.handle, event = result
+            self.jobs[job.handle] = job
+            self._event(event)
+
+    def _fail(self, job: Job, exc: Exception) -> None:
+        from alilama_core.engine.batching import Event
+
+        if not isinstance(exc, AlilamaError):
+            traceback.print_exception(exc)
+        self._deliver(job, Event(-1, None, "error", error=exc))
 
     def _event(self, event: Event) -> None:
         job = self.jobs.get(event.handle)

@@ -13,6 +13,7 @@ from alilama_core.contracts.config import ModelConfig
 from alilama_core.base.errors import AlilamaError, ConfigError
 from alilama_core.contracts.hookspecs import hookimpl
 from alilama_core.engine.configs import PRESETS
+from alilama_core.engine.generation import row_positions
 from alilama_core.engine.model import build_model
 from alilama_core.engine.registry import HOOKS, get_registry
 
@@ -226,7 +227,7 @@ def _padded_batch_error(model, reference=None, lengths: tuple[int, ...] = PROMPT
     mask = torch.zeros(rows, width, dtype=torch.bool)  # True on real tokens
     for row, n in enumerate(lengths):
         ids[row, width - n :], mask[row, width - n :] = tokens[row, :n], True
-    positions = (mask.long().cumsum(dim=1) - 1).clamp(min=0)  # (rows, width): each row's own, from 0
+    positions = row_positions(mask)  # (rows, width)
     cache = KVCache()
     with torch.no_grad():
         steps = [model(ids, cache=cache, key_padding_mask=mask, position_ids=positions)]

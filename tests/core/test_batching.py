@@ -8,7 +8,7 @@ from alilama_testing import tiny_config
 
 from alilama_core import build_model
 from alilama_core.base.errors import ConfigError
-from alilama_core.engine.batching import ContinuousBatch
+from alilama_core.engine.batching import ContinuousBatch, Join, prefill_groups
 from alilama_core.engine.generation import SamplingSettings, generate
 
 EOT = 96
@@ -177,3 +177,77 @@ def test_join_refuses_bad_input_before_it_changes_anything():
         with pytest.raises(ConfigError, match=phrase.replace("*", r"\*").replace("(", r"\(").replace(")", r"\)")):
             batch.join(prompt, settings)
     assert batch.free_rows == 2 and not batch.live
+
+
+@pytest.mark.parametrize("positional", ["alibi", "rope", "learned", "nope"])
+def test_sequences_that_join_together_are_prefilled_in_one_pass_and_get_what_they_get_alone(positional):
+    """``join_many``: prompts of different lengths in one left-padded forward pass, then each sequence's greedy
+    and seeded sampled tokens are those ``generate`` gives it alone, and an echoed prompt's scores are its own."""
+    model = model_for(positional)
+    prompts = [PROMPTS[0], PROMPTS[3], PROMPTS[4], PROMPTS[2]]  # 3, 5, 4 and 1 tokens: one group
+    prefills: list[tuple[int, ...]] = []
+    model.register_forward_pre_hook(
+        lambda _, args: prefills.append(tuple(args[0].shape)) if args[0].size(1) > 1 else None
+    )
+
+    def settings(i: int) -> SamplingSettings:
+        if i % 2:
+            return SamplingSettings(max_new_tokens=10, temperature=0.9, top_k=20, seed=40 + i)
+        return SamplingSettings(max_new_tokens=10, temperature=0)
+
+    batch = ContinuousBatch(model, rows=6, capacity=64, eot_id=EOT)
+    batch.join(PROMPTS[1], settings(0))  # a sequence already decoding: the joiners' rows end where its row ends
+    batch.step()
+    prefills.clear()
+    results = batch.join_many([Join(p, settings(i)) for i, p in enumerate(prompts)])
+    assert prefills == [(4, 5)]  # one forward pass, as wide as the longest prompt
+    out = {handle: ([] if event.token is None else [event.token]) for handle, event in results}
+    while len(batch):
+        for event in batch.step():
+            if event.handle in out and event.token is not None:
+                out[event.handle].append(event.token)
+    for i, (prompt, (handle, _)) in enumerate(zip(prompts, results)):
+        assert out[handle] == alone(model, prompt, settings(i)), (positional, i)
+
+    echo = SamplingSettings(max_new_tokens=2, temperature=0)
+    together = ContinuousBatch(model, rows=3, capacity=64, eot_id=EOT).join_many(
+        [Join(PROMPTS[3], echo, logprobs=2, echo=True), Join(PROMPTS[0], echo)]
+    )
+    by_itself = ContinuousBatch(model, rows=1, capacity=64, eot_id=EOT).join(PROMPTS[3], echo, 2, echo=True)[1]
+    assert [s.token for s in together[0][1].prompt] == PROMPTS[3]
+    for got, want in zip(together[0][1].prompt[1:], by_itself.prompt[1:]):
+        assert got.logprob == pytest.approx(want.logprob, abs=1e-5)
+
+
+def test_a_bad_join_among_good_ones_is_refused_alone():
+    model = model_for("alibi")
+    batch = ContinuousBatch(model, rows=3, capacity=64, eot_id=EOT)
+    greedy = SamplingSettings(max_new_tokens=4, temperature=0)
+    results = batch.join_many(
+        [
+            Join(PROMPTS[0], greedy),
+            Join([1, 10_000], greedy),  # a token outside the vocabulary
+            Join(PROMPTS[3], SamplingSettings(temperature=float("nan"))),
+            Join(PROMPTS[4], greedy),
+            Join(PROMPTS[2], greedy),
+            Join(PROMPTS[1], greedy),  # one more than the batch's free rows
+        ]
+    )
+    errors = [str(r) if isinstance(r, Exception) else None for r in results]
+    assert "outside this model's" in errors[1] and "finite number" in errors[2] and "batch is full" in errors[5]
+    assert [e is None for e in errors] == [True, False, False, True, True, False]
+    assert len(batch) == 3 and batch.free_rows == 0
+    first_tokens = {r[0]: r[1].token for r in results if not isinstance(r, Exception)}
+    for (handle, _), prompt in zip([results[0], results[3], results[4]], [PROMPTS[0], PROMPTS[4], PROMPTS[2]]):
+        assert first_tokens[handle] == alone(model, prompt, greedy)[0]
+
+
+def test_prefill_groups_bound_the_padding_and_score_an_echo_alone():
+    greedy = SamplingSettings()
+    joins = [Join([1] * n, greedy) for n in (4, 5, 40, 3, 6, 41)] + [Join([1] * 5, greedy, logprobs=1, echo=True)]
+    groups = prefill_groups(joins, list(range(len(joins))))
+    assert groups == [[6], [3, 0, 1, 4], [2, 5]]
+    for group in groups:
+        lengths = [len(joins[i].prompt) for i in group]
+        assert max(lengths) * len(lengths) <= 2 * sum(lengths)
+    assert prefill_groups(joins, [0, 2, 3]) == [[3, 0], [2]]  # 40 tokens beside 3 and 4: more padding than tokens

@@ -61,3 +61,28 @@ def test_the_queue_is_bounded(model):
     with pytest.raises(RequestError) as full:
         scheduler.submit([job])
     assert (full.value.status, full.value.kind) == (429, "server_busy")
+
+
+def test_jobs_waiting_together_are_admitted_in_one_prefill_and_a_score_only_job_takes_no_row(model):
+    """One tick admits every waiting job the batch has rows for: their prompts in one forward pass; a job that
+    only scores its prompt (``max_new_tokens=0``) is answered without a row; the rest wait for a free row."""
+    scheduler = Scheduler(model, eot_id=None, limits=Limits(max_batch=3, max_tokens=8, max_prompt_tokens=16))
+    prefills: list[tuple[int, ...]] = []
+    model.register_forward_pre_hook(
+        lambda _, args: prefills.append(tuple(args[0].shape)) if args[0].size(1) > 1 else None
+    )
+    greedy = SamplingSettings(max_new_tokens=4, temperature=0)
+    prompts = [[1, 2, 3], [5, 6, 7, 8, 9], [11, 12], [4, 4, 4, 4]]
+    events: list[list] = [[] for _ in prompts]
+    scored: list = []
+    jobs = [Job(p, greedy, box.append) for p, box in zip(prompts, events)]
+    jobs.insert(1, Job([7, 8, 9], SamplingSettings(max_new_tokens=0), scored.append, logprobs=1, echo=True))
+    scheduler.submit(jobs)
+    scheduler._tick()
+    assert prefills == [(1, 3), (3, 5)]  # the scored prompt alone, then three prompts together
+    assert len(scheduler.batch) == 3 and scheduler.waiting and scheduler.waiting[0].prompt == prompts[3]
+    assert [s.token for s in scored[0].prompt] == [7, 8, 9]
+    while scheduler.jobs or scheduler.waiting:
+        scheduler._tick()
+    for prompt, got in zip(prompts, events):
+        assert [e.token for e in got] == generate(model, [prompt], greedy, None)[0]
