@@ -19,7 +19,7 @@ STUDIES = {  # name: the table it shows (results.md or, over seeds, results-seed
     "positional": "results",
     "recipe-stage1": "results",
     "recipe-stage2": "results",
-    "horizons": "results",
+    "horizons": "results-seeds",
 }
 
 
