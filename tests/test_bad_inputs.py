@@ -1383,7 +1383,7 @@ def test_prepare_outside_a_terminal_prints_plain_progress_lines(base, tmp_path):
 
 
 def test_prepare_progress_lines_say_documents_bytes_and_tokens(capsys):
-    from alilama_core.app.commands import EncodeProgress
+    from alilama_core.app.encode_progress import EncodeProgress
     from alilama_core.app.prepare import SplitStats
 
     splits = {"train": vars(SplitStats(tokens=500, bytes=1800, documents=9)), "val": vars(SplitStats(40, 200, 1))}

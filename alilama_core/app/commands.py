@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import time
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -18,16 +16,11 @@ from alilama_core.app.common import (
     OverwriteOpt,
     PresetOpt,
     ProgressOpt,
-    StepProgress,
     console,
-    err_console,
     examples,
     help_examples,
-    log_eval_results,
     loud_warnings,
     plain_line,
-    resolve_config,
-    show_bar,
     warn_replacements,
 )
 from alilama_core.app.run_options import (
@@ -86,6 +79,7 @@ def data_prepare(
     progress: ProgressOpt = True,
 ) -> None:
     """Encode documents into memory-mapped train/val token files plus meta.json."""
+    from alilama_core.app.encode_progress import EncodeProgress
     from alilama_core.app.prepare import prepare
 
     total = sum(Path(p).stat().st_size for p in [*input, *(val_input or [])] if Path(p).is_file()) or None
@@ -120,71 +114,6 @@ def data_prepare(
     console.print(f"wrote {out} ({meta['dtype']})", highlight=False)
 
 
-ENCODE_LINE_EVERY_S = 5.0
-"""Outside a terminal, ``data prepare`` prints a progress line at most this often."""
-
-
-class EncodeProgress:
-    """``data prepare``'s progress on stderr: in a terminal, a rich bar of the input's bytes; else plain lines.
-
-    The plain lines: one when encoding starts, one at most every ``every_s`` seconds with the documents,
-    bytes and tokens done so far (``update`` is called after each batch), and one at the end (``finish``).
-    """
-
-    def __init__(
-        self, inputs: list[str], total_bytes: int | None, bar: bool = True, every_s: float = ENCODE_LINE_EVERY_S
-    ) -> None:
-        self.inputs, self.total, self.every_s = inputs, total_bytes, every_s
-        self.started = self.last_line = time.monotonic()
-        self._bar = self._task = None
-        if show_bar(bar):
-            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
-
-            self._bar = Progress(
-                TextColumn("encode"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), console=err_console
-            )
-
-    def __enter__(self) -> EncodeProgress:
-        if self._bar is not None:
-            self._bar.start()
-            self._task = self._bar.add_task("encode", total=self.total)
-        else:
-            size = f" ({self.total:,} bytes)" if self.total else ""
-            plain_line(f"encode: reading {', '.join(self.inputs)}{size}")
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._bar is not None:
-            self._bar.stop()
-
-    def _elapsed(self) -> float:
-        return time.monotonic() - self.started
-
-    def update(self, done) -> None:
-        """``done``: the documents, bytes and tokens encoded so far (a ``SplitStats`` of both splits)."""
-        if self._bar is not None:
-            self._bar.update(self._task, completed=done.bytes)
-            return
-        if time.monotonic() - self.last_line < self.every_s:
-            return
-        self.last_line = time.monotonic()
-        share = f" ({min(1.0, done.bytes / self.total):.0%} of the input)" if self.total else ""
-        plain_line(
-            f"encode: {done.documents:,} documents, {done.bytes:,} bytes, {done.tokens:,} tokens{share}, "
-            f"{self._elapsed():.0f} s"
-        )
-
-    def finish(self, meta: dict) -> None:
-        """The last plain line: what was encoded, from the meta dict ``prepare`` returns (the bar: full)."""
-        if self._bar is not None:
-            if self.total:  # counted in the text's bytes, not the files' (separators, JSON): all read now
-                self._bar.update(self._task, completed=self.total)
-            return
-        splits = meta["splits"].values()
-        documents, size, tokens = (sum(s[key] for s in splits) for key in ("documents", "bytes", "tokens"))
-        plain_line(f"encoded {documents:,} documents, {size:,} bytes, {tokens:,} tokens in {self._elapsed():.1f} s")
-
-
 @data_app.command(
     "download",
     epilog=help_examples("alilama data download tinystories", "alilama data download tinystories --split valid"),
@@ -197,15 +126,10 @@ def data_download(
     ] = None,
 ) -> None:
     """Fetch a dataset's files from the Hugging Face Hub into its local cache; print their paths."""
+    from alilama_core.runs.datasets import download
+
     for path in download(name, split, revision):
         console.print(path, highlight=False)
-
-
-def download(name: str, split: str = "all", revision: str | None = None) -> list[str]:
-    """The library's ``alilama_core.runs.datasets.download``."""
-    from alilama_core.runs.datasets import download as fetch
-
-    return fetch(name, split, revision)
 
 
 @examples(
@@ -238,48 +162,12 @@ def train_cmd(
     """Train a model (one process, or DDP under torchrun) into a run folder."""
     import os
 
+    from alilama_core.app.training import report_finished, training_plan
     from alilama_core.engine.registry import get_trainer
 
     if threads is not None:
         overrides = [*(overrides or []), f"train.threads={threads}"]
-
-    given_data = data
-    if resume:
-        from alilama_core.runs.checkpoint import resume_config
-
-        run = Path(resume)
-        if not (run / "config.yaml").is_file():
-            raise AlilamaError(f"cannot resume: {resume!r} is not a run folder (no config.yaml)")
-        if config or preset:
-            raise AlilamaError("--resume uses the run's own config; give overrides only (e.g. train.max_steps=4000)")
-        if out and Path(out).resolve() != run.resolve():
-            raise AlilamaError("give either --out (a new run) or --resume (continue a run), not both")
-        cfg, recorded = resume_config(run, overrides)
-        data = data if data is not None else recorded
-    else:
-        if not out:
-            raise AlilamaError("give --out RUN for a new run (or --resume RUN to continue one)")
-        run = Path(out)
-        cfg = resolve_config(config, preset, overrides)
-    if task or cfg.task.name:  # generated examples: no prepared data
-        from alilama_core.app.tasks import task_config
-
-        if given_data is not None:
-            raise AlilamaError(
-                f"--data {given_data!r} and --task {task or cfg.task.name!r} exclude each other: a task run trains "
-                "on generated examples, never on prepared data. Drop --data, or drop --task (and task.name) "
-                "to train on the data"
-            )
-        cfg, data = task_config(cfg, task, bool(resume), overrides), ""
-    elif not data:
-        raise AlilamaError("give --data DIR (a folder written by `alilama data prepare`), or --task NAME")
-    else:
-        from alilama_core.runs.data import TokenData
-
-        vocab = TokenData(data).meta["vocab_size"]
-        if not resume and cfg.model.vocab_size != vocab:
-            console.print(f"model.vocab_size set to the tokenizer's {vocab}", highlight=False)
-            cfg.model.vocab_size = vocab
+    cfg, run, data = training_plan(config, preset, overrides, data=data, out=out, resume=resume, task=task)
     warn_replacements()  # a built-in taken over by a plugin is said before training starts
 
     def echo(text="", **kw) -> None:  # whole lines, never wrapped at the console's width (logs, pipes)
@@ -290,47 +178,8 @@ def train_cmd(
         result = trainer.fit(data, str(run), resume=bool(resume), overwrite=overwrite, stop_at=stop_at)
     if result.get("interrupted"):
         raise typer.Exit(130)
-    if int(os.environ.get("RANK", "0")) != 0:  # under torchrun: rank 0 reports
-        return
-    from alilama_core.runs.checkpoint import FINAL, WEIGHTS
-
-    if not (run / FINAL / WEIGHTS).is_file():  # a finished run has its final weights, whoever trained it
-        raise AlilamaError(
-            f"trainer {cfg.train.trainer!r} returned at step {result.get('step')} without writing "
-            f"{run / FINAL / WEIGHTS}, so the run is not finished. The trainer must end fit() with its "
-            "RunWriter's finish(model, state) (alilama_core.contracts.runs); alilama_core.kit.check_trainer "
-            "checks this"
-        )
-    if result.get("finished"):
-        return
-    summary = f"done: step {result['step']}"
-    if result.get("val_bpb") is not None:
-        summary += f", val loss {result['val_loss']:.4f}, val bpb {result['val_bpb']:.4f}"
-    console.print(f"{summary}; run folder {run}", highlight=False)
-
-
-def check_eval_choice(
-    data: list[str] | None, task: str | None, lengths: str | None, context_lengths: str | None
-) -> None:
-    """Refuse an empty ``--lengths``/``--context-lengths`` and options of a task run mixed with a text run's."""
-    for option, value, default in (
-        ("--lengths", lengths, "8,16,32 (leave it out for the longest trained length, twice and four times it)"),
-        ("--context-lengths", context_lengths, "128,256 (leave it out for 1x, 2x, 4x and 8x the trained context)"),
-    ):
-        if value is not None and not value.strip():
-            raise AlilamaError(f"{option} is empty: give the lengths to score at, e.g. {option} {default}")
-    task_options = [o for o, v in (("--task", task), ("--lengths", lengths)) if v is not None]
-    if data and task_options:
-        raise AlilamaError(
-            f"--data scores a run trained on text, {' and '.join(task_options)} a run trained on a task: a run is "
-            f"one or the other. Drop --data to score the task run on its generated test sets, or drop "
-            f"{' and '.join(task_options)} to score a text run on {data[0]!r}"
-        )
-    if context_lengths is not None and task_options:
-        raise AlilamaError(
-            "--context-lengths is for a text run (with --data); a task run is scored at task lengths: "
-            "give --lengths instead"
-        )
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun: rank 0 reports
+        report_finished(run, cfg, result)
 
 
 @examples(
@@ -369,6 +218,8 @@ def eval_cmd(
 ) -> None:
     """Loss and bits per byte on raw text at the trained context and longer ones; for a task run,
     exact match and per-token accuracy at each length."""
+    from alilama_core.app.evaluation import check_eval_choice, text_eval
+
     if seed is not None and seed < 0:
         raise AlilamaError(f"--seed must be an integer >= 0, got {seed}")
     check_eval_choice(data, task, lengths, context_lengths)
@@ -396,83 +247,20 @@ def eval_cmd(
             on_loaded=on_task_run_loaded,
             log=log,
         )
-    from dataclasses import asdict
-
-    from rich.table import Table
-
-    from alilama_core.runs.evaluate import evaluate_run
-
-    lengths = None
-    if context_lengths:
-        from alilama_core.contracts.task import parse_int_list
-
-        lengths = parse_int_list(context_lengths, "--context-lengths", "128,256")
-    if max_tokens < 0:
-        raise AlilamaError(f"--max-tokens must be >= 0 (0: all), got {max_tokens}")
-    for file in data:
-        if not Path(file).is_file():
-            raise AlilamaError(f"eval file {file!r} does not exist")
-    if (Path(run) / "config.yaml").is_file():
-        from alilama_core.engine import configs as cfgmod
-
-        trained_on = cfgmod.load(Path(run) / "config.yaml").task.name
-        if trained_on:
-            raise AlilamaError(
-                f"{run!r} was trained on task {trained_on!r}, not on text, so --data cannot score it; drop --data "
-                f"to score it on the task's test sets (e.g. alilama eval {run} --lengths 8,16,32)"
-            )
-    from contextlib import ExitStack
-
-    with ExitStack() as stack:
-        steps: StepProgress | None = None
-        evaluated = []  # the checkpoint folder scored
-
-        def on_loaded(loaded, eval_lengths) -> None:
-            nonlocal steps
-            evaluated.append(loaded.checkpoint)
-            shapes = ("short", "long") if max(eval_lengths) >= 1024 else ("short",)
-            plain_line(describe_loaded(loaded, where, n_threads, shapes))
-            steps = stack.enter_context(StepProgress("eval", len(data) * len(eval_lengths), progress))
-
-        def on_step(done: int, total: int, file: str, length: int) -> None:
-            steps.show(done + 1, f"{Path(file).name} at context {length:,}")
-
-        with loud_warnings():
-            rows = evaluate_run(
-                run,
-                data,
-                lengths,
-                attention=attention,
-                max_tokens=max_tokens or None,
-                verify=not no_verify,
-                force_attention=force_attention,
-                device=where,
-                on_loaded=on_loaded,
-                on_step=on_step,
-            )
-    if log:
-        results = {}
-        for r in rows:
-            if r.loss is not None:
-                where_ = f"eval/{Path(r.file).stem}/ctx{r.context_length}"
-                results.update({f"{where_}/loss": r.loss, f"{where_}/bpb": r.bpb})
-        log_eval_results(run, evaluated[0], results)
-    if as_json:
-        print(json.dumps([asdict(r) for r in rows], indent=2))
-        return
-    table = Table(title=f"eval of {run}")
-    for col in ("file", "context", "loss", "bits/byte", "tokens", "attention"):
-        table.add_column(col)
-    for r in rows:
-        table.add_row(
-            Path(r.file).name,
-            str(r.context_length),
-            f"{r.loss:.4f}" if r.loss is not None else "n/a",
-            f"{r.bpb:.4f}" if r.bpb is not None else r.note,
-            f"{r.tokens:,}",
-            r.attention,
-        )
-    console.print(table)
+    text_eval(
+        run,
+        data,
+        context_lengths,
+        attention=attention,
+        force_attention=force_attention,
+        max_tokens=max_tokens,
+        verify=not no_verify,
+        as_json=as_json,
+        device=where,
+        threads=n_threads,
+        progress=progress,
+        log=log,
+    )
 
 
 @examples(

@@ -6,6 +6,7 @@ the ones it declares, beside the options every export takes (``--checkpoint``,
 ``--overwrite``/``--force``, ``--check-with`` where it has a standalone reader,
 ``--progress``). An option the format does not take is refused naming it and
 what the format takes. The work is the library's (``alilama_core.runs.exports``).
+``alilama push`` is the ``hf`` exporter's ``push`` (``Exporter.push``, behind ``uploads_to``).
 """
 
 from __future__ import annotations
@@ -207,24 +208,11 @@ def push_cmd(
 ) -> None:
     """Export a run as a Hugging Face folder and upload it to the Hub with your usual token."""
     from alilama_core.app.common import StepProgress
-    from alilama_core.base.errors import AlilamaError
-    from alilama_core.engine.registry import get_exporter
-    from alilama_core.runs.exports import export_steps
+    from alilama_core.runs.exports import export_steps, exporter_for
 
-    try:
-        from alilama_hf.push import push
-    except ImportError as exc:
-        raise AlilamaError(f"pushing needs the Hugging Face extras: pip install 'alilama[hf]' ({exc})") from None
-    with StepProgress("push", export_steps(get_exporter("hf")) + 1, True) as steps:  # the export, then the upload
-        url = push(
-            run,
-            repo,
-            private=private,
-            revision=revision,
-            checkpoint=checkpoint,
-            license=license,
-            datasets=dataset,
-            format=format,
-            on_step=steps.next_done(),
+    exporter = exporter_for("hf", license=license, datasets=list(dataset or []), format=format)
+    with StepProgress("push", export_steps(exporter) + 1, True) as steps:  # the export, then the upload
+        url = exporter.push(
+            run, repo, private=private, revision=revision, checkpoint=checkpoint, on_step=steps.next_done()
         )
     typer.echo(f"pushed {run} to https://huggingface.co/{repo}: {url}")

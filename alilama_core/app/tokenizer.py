@@ -2,8 +2,9 @@
 
 Every command works through the ``Tokenizer`` interface, so a tokenizer that a
 plugin registers is trained with ``--kind NAME`` and used like the built-in
-``bpe``. A saved folder records its kind, so the other commands need only the
-folder. No torch here: the commands start fast.
+``bpe``; ``tokenizer import --kind NAME`` calls the vocabulary importer that
+plugin registers beside its class. A saved folder records its kind, so the
+other commands need only the folder. No torch here: the commands start fast.
 """
 
 from __future__ import annotations
@@ -216,12 +217,16 @@ def import_(
         Optional[list[str]],
         typer.Option("--special", "-s", help="TOKEN=ID special token of a ranks file that is not a known one."),
     ] = None,
+    kind: Annotated[
+        str, typer.Option("--kind", "-k", help="Registered tokenizer whose importer reads SOURCE (`alilama plugins`).")
+    ] = "bpe",
 ) -> None:
     """Import a published byte-level BPE vocabulary (GPT-2, cl100k, o200k, Llama-3, ...) with its own ids."""
-    from alilama_bpe.importers import import_tokenizer
+    from alilama_core.engine.registry import get_tokenizer_importer
     from alilama_core.runs.outputs import check_writable_path
     from alilama_core.runs.tokenizers import save_tokenizer
 
+    importer = get_tokenizer_importer(kind)
     specials = None
     if special:
         specials = {}
@@ -234,27 +239,21 @@ def import_(
     if out.is_dir() and any(out.iterdir()):
         raise TokenizerError(f"{str(out)!r} already exists and is not empty; choose another --out")
     t0 = time.perf_counter()
-    tok, where = import_tokenizer(source, pattern=pattern, special_tokens=specials)
-    save_tokenizer(tok, out, kind="bpe")
+    tok, where = importer(source, pattern=pattern, special_tokens=specials)
+    save_tokenizer(tok, out, kind=kind)
     table = Table(title=f"tokenizer written to {out}", show_header=False)
     table.add_row("from", escape(where))
-    for key, value in tok.describe().items():
+    facts = tok.describe()
+    for key, value in facts.items():
         if key != "pattern":
             table.add_row(key.replace("_", " "), escape(_show(value)))
-    table.add_row("pattern", escape(tok.pattern))
+    if "pattern" in facts:  # last: the longest row
+        table.add_row("pattern", escape(_show(facts["pattern"])))
     table.add_row("import time", f"{time.perf_counter() - t0:.2f} s")
     console.print(table)
-    if tok.implementation != "native":
-        reason = "the native module is not built" if _native_missing() else "the native pre-tokenizer does not know it"
-        err_console.print(
-            f"[yellow]notice:[/] this split pattern runs on the pure-Python reference ({reason}): same ids, much slower"
-        )
-
-
-def _native_missing() -> bool:
-    from alilama_bpe import _backend
-
-    return _backend.native is None
+    notice = tok.fallback_notice()
+    if notice:
+        err_console.print(f"[yellow]notice:[/] {escape(notice)}")
 
 
 def _show(value: Any) -> str:

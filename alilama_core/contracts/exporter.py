@@ -153,7 +153,8 @@ class Exporter(abc.ABC):
     (what that Python needs), and ``tolerance()``.
 
     The instance holds its options, checked against the declaration
-    (``self.options``, by ``name``).
+    (``self.options``, by ``name``). Optional: ``push`` (``alilama push``),
+    behind ``uploads_to``.
     """
 
     name: ClassVar[str] = ""
@@ -176,6 +177,8 @@ class Exporter(abc.ABC):
     """Command lines ``alilama export NAME --help`` shows."""
     greedy_must_match: ClassVar[bool] = True
     """Whether a reader's greedy ids must equal the run's (quantised formats may pick other ties)."""
+    uploads_to: ClassVar[str] = ""
+    """Where ``push`` uploads this format ("the Hugging Face Hub"); empty when it uploads nowhere."""
 
     def __init__(self, **options: Any) -> None:
         self.options: dict[str, Any] = self.check_options(options)
@@ -206,6 +209,29 @@ class Exporter(abc.ABC):
     def check(cls) -> str | None:
         """Why this exporter cannot run in this installation (a missing library and how to install it), or ``None``."""
         return None
+
+    def push(
+        self,
+        run: str | Path,
+        repo: str,
+        *,
+        private: bool = False,
+        revision: str | None = None,
+        checkpoint: str | None = None,
+        on_step: Callable[[str], None] | None = None,
+    ) -> str:
+        """Optional (``uploads_to``): export ``run`` with these options and upload it to ``repo``; its URL.
+
+        ``alilama push`` calls it. ``repo`` (and what else can be checked
+        quickly: a token, the network) is checked before anything is exported,
+        and refused with an ``AlilamaError`` saying what is wrong. ``on_step``
+        is called after each of the export's steps (``export_steps``), then
+        once before the upload; ``private`` and ``revision`` (a branch, created
+        if missing) apply to a repository the upload creates or writes to.
+        """
+        from alilama_core.base.errors import UnsupportedError
+
+        raise UnsupportedError(f"export {self.name} uploads nowhere (it does not declare uploads_to)")
 
     def companions(self, out: Path) -> dict[str, Path]:
         """Files written beside ``out`` with it (kind -> path; each kind must be a ``FILES`` kind of the output

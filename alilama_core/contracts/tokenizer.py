@@ -20,7 +20,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from os import PathLike
 from pathlib import Path
-from typing import TYPE_CHECKING, AbstractSet, Any, ClassVar, Literal, Union
+from typing import TYPE_CHECKING, AbstractSet, Any, ClassVar, Literal, Protocol, Union
 
 from alilama_core.contracts.data import token_dtype
 from alilama_core.base.errors import TokenizerError, UnsupportedError
@@ -53,8 +53,10 @@ class Tokenizer(abc.ABC):
     (``alilama tokenizer train``), ``encode``, ``encode_batch`` (``data prepare``),
     ``encode_file`` (``eval``, ``tokenizer encode``), ``decode``, ``decode_bytes``
     (streaming generation), ``vocab_size``, ``special_tokens``, ``eot_id``,
-    ``save``, ``load``, ``describe`` (``tokenizer info``), and the optional
-    ``save_hf`` (``export hf``; ``hf_export = True`` declares it).
+    ``save``, ``load``, ``describe`` (``tokenizer info``), ``fallback_notice``
+    (``tokenizer import``), and the optional ``save_hf`` (``export hf``;
+    ``hf_export = True`` declares it). A plugin may also register a
+    ``VocabularyImporter`` beside the class (``tokenizer import``).
     """
 
     name: ClassVar[str] = ""
@@ -186,12 +188,44 @@ class Tokenizer(abc.ABC):
         """What ``alilama tokenizer info`` shows: plain JSON-able facts (override to add your own)."""
         return {"kind": self.name, "vocab_size": self.vocab_size, "special_tokens": self.special_tokens}
 
+    def fallback_notice(self) -> str | None:
+        """Why this tokenizer runs slower than it could, as one sentence (``None`` when it does not).
+
+        For a tokenizer with a fast implementation and a slower fallback: the
+        fallback is in use, and the reason (a native module not built, a
+        setting only the fallback knows). ``alilama tokenizer import`` prints
+        it as a notice. The default: ``None``.
+        """
+        return None
+
     def save_hf(self, directory: str | PathLike[str]) -> Path:
         """Optional (``hf_export = True``): write a Hugging Face ``tokenizer.json`` into ``directory``; its path."""
         raise UnsupportedError(
             f"the {self.name or type(self).__name__!r} tokenizer cannot write a Hugging Face tokenizer.json "
             "(it does not declare hf_export)"
         )
+
+
+class VocabularyImporter(Protocol):
+    """A published vocabulary read as a tokenizer, with its own ids: the optional importer of a tokenizer kind.
+
+    A plugin registers it beside its class, ``register(name, cls, importer=fn)``
+    (``fn`` or a lazy ``"module:attr"`` path), and ``alilama tokenizer import
+    SOURCE --kind NAME`` calls it (``registry.get_tokenizer_importer``).
+    ``source`` is a file, a folder or a name the importer knows; ``pattern``
+    (``--pattern``) and ``special_tokens`` (``--special``) are given for a
+    source that does not carry them. It returns an instance of ``cls`` and one
+    line saying what was read; a source it cannot read exactly raises
+    ``TokenizerError`` saying why.
+    """
+
+    def __call__(
+        self,
+        source: str | PathLike[str],
+        *,
+        pattern: str | None = None,
+        special_tokens: dict[str, int] | None = None,
+    ) -> tuple[Tokenizer, str]: ...
 
 
 def read_text(path: str | PathLike[str], errors: str = "strict") -> str:

@@ -7,8 +7,9 @@ loads none. A plugin that raises while importing or registering is recorded in
 ``failures()`` and skipped; nothing it does can stop the CLI from starting.
 
 Registered objects may be given as lazy ``"module:attr"`` strings, resolved on
-first lookup, so that loading the registry never imports torch;
-``Registry.check()`` (``alilama plugins --check``) resolves every one of them.
+first lookup, so that loading the registry never imports torch; so may the
+objects registered beside them that ``LAZY_META`` names (a tokenizer's
+``importer``). ``Registry.check()`` (``alilama plugins --check``) resolves every one of them.
 
 Hooks are called through the plugin manager (``pm.hook.<name>``): only functions
 marked with ``@hookimpl`` count, ``tryfirst``/``trylast`` and ``specname`` are
@@ -39,7 +40,7 @@ from typing import Any
 import pluggy
 
 from alilama_core.contracts import hookspecs
-from alilama_core.base.errors import PluginUnavailableError, UnknownPluginError
+from alilama_core.base.errors import PluginUnavailableError, UnknownPluginError, UnsupportedError
 
 ENTRY_POINT_GROUP = "alilama"
 ENV_VAR = "ALILAMA_PLUGINS"
@@ -56,6 +57,8 @@ HOOKS: dict[str, str] = {
 }
 """Plugin kind -> the ``register_*`` hook that fills its name table."""
 KINDS = tuple(HOOKS)
+LAZY_META: dict[str, tuple[str, ...]] = {"tokenizer": ("importer",)}
+"""Plugin kind -> the ``register(..., key=...)`` objects that may be lazy ``"module:attr"`` paths too."""
 
 
 @dataclass
@@ -94,12 +97,24 @@ class Entry:
 
     def resolve(self) -> Any:
         if isinstance(self.target, str):
-            module, _, attr = self.target.partition(":")
-            obj = importlib.import_module(module)
-            for part in attr.split(".") if attr else ():
-                obj = getattr(obj, part)
-            self.target = obj
+            self.target = _import_path(self.target)
         return self.target
+
+    def resolve_meta(self, key: str) -> Any:
+        """The object registered as ``key=`` beside the target (a lazy ``"module:attr"`` is imported once)."""
+        value = self.meta.get(key)
+        if isinstance(value, str):
+            value = self.meta[key] = _import_path(value)
+        return value
+
+
+def _import_path(path: str) -> Any:
+    """The object a ``"module:attr"`` path names (``"module"`` alone: the module)."""
+    module, _, attr = path.partition(":")
+    obj = importlib.import_module(module)
+    for part in attr.split(".") if attr else ():
+        obj = getattr(obj, part)
+    return obj
 
 
 @dataclass
@@ -295,6 +310,8 @@ class Registry:
             for name, entry in sorted(table.items()):
                 try:
                     entry.resolve()
+                    for key in LAZY_META.get(kind, ()):
+                        entry.resolve_meta(key)
                 except Exception as exc:  # reported, never raised
                     found.append(
                         Failure(entry.plugin, entry.distribution, f"{kind} {name!r}: {type(exc).__name__}: {exc}")
@@ -384,6 +401,29 @@ def get_registry() -> Registry:
 
 def get_tokenizer(name: str) -> Any:
     return get_registry().get("tokenizer", name)
+
+
+def get_tokenizer_importer(name: str) -> Any:
+    """The vocabulary importer the tokenizer ``name`` registers (``register(name, cls, importer=fn)``).
+
+    ``alilama tokenizer import --kind NAME`` calls it (``contracts.tokenizer.VocabularyImporter``).
+    An unknown name raises ``UnknownPluginError``; a tokenizer that registers no
+    importer, ``UnsupportedError`` naming the tokenizers that do.
+    """
+    registry = get_registry()
+    entry = registry.entry("tokenizer", name)
+    if entry.meta.get("importer") is None:
+        able = [n for n, e in sorted(registry.tables()["tokenizer"].items()) if e.meta.get("importer") is not None]
+        raise UnsupportedError(
+            f"the tokenizer {name!r} cannot import a vocabulary (its plugin registers no importer); "
+            f"tokenizers that can: {', '.join(able) or 'none'} (--kind NAME)"
+        )
+    try:
+        return entry.resolve_meta("importer")
+    except (ImportError, AttributeError) as exc:
+        raise PluginUnavailableError(
+            f"the importer of tokenizer {name!r} from plugin {entry.plugin!r} could not be imported: {exc}"
+        ) from exc
 
 
 def get_positional(name: str) -> Any:

@@ -190,10 +190,38 @@ def exporter_checks(
             except AlilamaError as exc:
                 raise _fail(what, f"could not replace its own output with overwrite: {exc}") from None
 
+    def push_refuses_a_bad_destination() -> None:
+        from alilama_core.runs.exports import exporter_for
+
+        steps: list[str] = []
+        try:
+            exporter_for(name, **options).push(subject.run, "", on_step=steps.append)
+        except AlilamaError:
+            pass
+        else:
+            raise _fail(what, "push() accepted an empty repository name")
+        if steps:
+            raise _fail(what, f"push() exported before it refused an empty repository name: {steps}")
+
+    with scope():
+        uploads = _declares_uploads(name)
     plan = [
-        ("declaration", declaration),
-        ("unknown option refused", unknown_option),
-        ("problem() answers", problem),
-        ("export reads back", export_reads_back),
+        ("declaration", declaration, None),
+        ("unknown option refused", unknown_option, None),
+        ("problem() answers", problem, None),
+        ("export reads back", export_reads_back, None),
+        ("push refuses a bad destination", push_refuses_a_bad_destination, None if uploads else "no uploads_to"),
     ]
-    return [Check("exporter", name, check, _scoped(scope, fn), gap=gaps.get(check)) for check, fn in plan]
+    return [
+        Check("exporter", name, check, _scoped(scope, fn), skip=skip, gap=gaps.get(check)) for check, fn, skip in plan
+    ]
+
+
+def _declares_uploads(name: str) -> bool:
+    """Whether the exporter ``name`` declares ``uploads_to`` (one that does not import: no, its checks say why)."""
+    from alilama_core.engine.registry import get_exporter
+
+    try:
+        return bool(getattr(get_exporter(name), "uploads_to", ""))
+    except AlilamaError:
+        return False

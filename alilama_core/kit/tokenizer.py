@@ -10,7 +10,7 @@ from typing import Any
 
 from alilama_core.base.errors import TokenizerError
 from alilama_core.contracts.tokenizer import Tokenizer
-from alilama_core.engine.registry import get_tokenizer
+from alilama_core.engine.registry import get_registry, get_tokenizer
 from alilama_core.kit.common import (
     TRICKY_TEXTS,
     Check,
@@ -37,8 +37,9 @@ def check_tokenizer(
     Training with a special token, exact round trips of tricky strings,
     ``encode_batch`` and ``encode_file`` equal to ``encode``, special tokens and
     ``eot_id``, ``decode_bytes``, ``describe``, save and load through the folder's
-    recorded kind, the optional Hugging Face export when declared, and clear
-    errors for an unknown option and a folder that holds no tokenizer.
+    recorded kind, the optional Hugging Face export when declared, the importer
+    when one is registered, and clear errors for an unknown option and a folder
+    that holds no tokenizer.
     """
     return run_checks(
         tokenizer_checks(tokenizer, vocab_size=vocab_size, texts=texts, options=options, known_gaps=known_gaps)
@@ -146,6 +147,33 @@ def tokenizer_checks(
             if not written.is_file():
                 raise _fail(what, "hf_export is declared but save_hf() wrote no file")
 
+    def importer() -> None:
+        from alilama_core.engine.registry import get_tokenizer_importer
+
+        read = get_tokenizer_importer(name)
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                read(Path(tmp) / "no-such-vocabulary")
+            except TokenizerError:
+                pass
+            else:
+                raise _fail(what, "the importer accepted a source that does not exist (it must raise TokenizerError)")
+            if not declares_hf:
+                return
+            tok = subject.tok
+            imported, where = read(tok.save_hf(Path(tmp) / "hf"))
+        if not isinstance(imported, cls) or not (isinstance(where, str) and where):
+            raise _fail(
+                what,
+                f"the importer must return ({cls.__name__}, a line saying what was read), got "
+                f"({type(imported).__name__}, {where!r})",
+            )
+        for text in [corpus[0], *TRICKY_TEXTS]:
+            if imported.encode(text) != tok.encode(text):
+                raise _fail(what, f"the tokenizer.json save_hf writes imports back with other ids for {text!r}")
+        if imported.special_tokens != tok.special_tokens:
+            raise _fail(what, "the tokenizer.json save_hf writes imports back with other special tokens")
+
     def bad_input() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             try:
@@ -157,6 +185,8 @@ def tokenizer_checks(
         _refuses_unknown_option(what, lambda: cls.check_options({"no_such_option": 1}), "the training options")
 
     declares_hf = isinstance(cls, type) and bool(getattr(cls, "hf_export", False))
+    with scope():
+        imports = get_registry().entry("tokenizer", name).meta.get("importer") is not None
     plan = [
         ("train", trained, None),
         ("round trips", round_trips, None),
@@ -164,6 +194,7 @@ def tokenizer_checks(
         ("encode_file", encode_file, None),
         ("save and load", save_and_load, None),
         ("save_hf", save_hf, None if declares_hf else "it does not declare hf_export"),
+        ("importer", importer, None if imports else "it registers no importer"),
         ("bad input", bad_input, None),
     ]
     return [

@@ -94,7 +94,7 @@ _SCHEME_CLASSES: dict[str, type] = {}
 
 
 def register_positional_class(module_name: str, cls: type) -> None:
-    """Make a scheme's standalone class known in-process (the export does this)."""
+    """Make a scheme's standalone class known in-process (``_installed_scheme_class`` does this)."""
     _SCHEME_CLASSES[module_name] = cls
 
 
@@ -152,23 +152,24 @@ def _installed_scheme_class(config: AlilamaConfig) -> type:
     """The standalone class of an installed plugin scheme (the module the export would copy)."""
     import importlib
 
-    export = importlib.import_module("alilama_hf.schemes")  # by name: remote code never reaches this
+    schemes = importlib.import_module("alilama_hf.schemes")  # by name: remote code never reaches this
     errors = importlib.import_module("alilama_core.base.errors")
     try:
-        name, cls_name, _ = export.plugin_module(config.positional)
+        name, standalone, _ = schemes.standalone_class(config.positional)
     except errors.AlilamaError as exc:
         raise ValueError(
             f"positional scheme {config.positional!r} is not installed here ({exc}). Install the plugin "
             f"package that provides it. {_TRUST_HINT}"
         ) from None
     named = (config.positional_module, config.positional_class)
-    if named != (None, None) and (name, cls_name) != named:
+    if named != (None, None) and (name, standalone.__name__) != named:
         raise ValueError(
-            f"the installed scheme {config.positional!r} exports {name}.{cls_name}, but the model's config names "
-            f"{config.positional_module}.{config.positional_class}: the folder was not written by this plugin. "
-            f"{_TRUST_HINT}"
+            f"the installed scheme {config.positional!r} exports {name}.{standalone.__name__}, but the model's "
+            f"config names {config.positional_module}.{config.positional_class}: the folder was not written by "
+            f"this plugin. {_TRUST_HINT}"
         )
-    return _SCHEME_CLASSES[name]
+    register_positional_class(name, standalone)
+    return standalone
 
 
 def build_positional(config: AlilamaConfig) -> nn.Module:

@@ -4,7 +4,8 @@ Every scheme, the built-in ones included, ships a torch-only module
 (``PositionalScheme.export_source()``); a remote-code export copies it beside the
 modeling code, and in-process (Alilama installed, no remote code) the modeling
 code builds the scheme from the installed plugin's module, never from a file of
-the model's folder.
+the model's folder. The modeling code imports this module (by name, in-process
+only); this module imports nothing of it.
 """
 
 from __future__ import annotations
@@ -23,12 +24,18 @@ def module_name(positional: str) -> str:
 
 
 def plugin_module(positional: str) -> tuple[str, str, Path]:
-    """``(module name, class name, source file)`` of a scheme's standalone module (``export_source()``).
+    """``(module name, class name, source file)`` of a scheme's standalone module (``export_source()``)."""
+    name, standalone, source = standalone_class(positional)
+    return name, standalone.__name__, source
 
-    The module is registered in-process under that name, so ``AlilamaForCausalLM`` can build the scheme.
+
+def standalone_class(positional: str) -> tuple[str, type, Path]:
+    """``(module name, class, source file)``: the class of a scheme's standalone module, loaded from its file.
+
+    The module is loaded as ``alilama_hf._exported.<module name>``; the modeling
+    code registers the class under the module name (``register_positional_class``).
     """
     from alilama_core.engine.registry import get_positional
-    from alilama_hf.modeling_alilama import register_positional_class
 
     cls = get_positional(positional)
     source = cls.export_source()  # declared on PositionalScheme: None when the scheme cannot be exported
@@ -48,5 +55,4 @@ def plugin_module(positional: str) -> tuple[str, str, Path]:
     standalone = getattr(module, cls.__name__, None)
     if standalone is None:
         raise AlilamaError(f"{source} defines no class {cls.__name__!r} (the name of the scheme's class)")
-    register_positional_class(name, standalone)
-    return name, cls.__name__, source
+    return name, standalone, source

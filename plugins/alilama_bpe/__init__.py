@@ -5,7 +5,9 @@ encoder (``alilama_bpe._native``), with a pure-Python reference
 (:mod:`alilama_bpe.reference`) that defines the semantics and serves as the
 fallback (``ALILAMA_BPE_PUREPYTHON=1`` forces it). Importing this module is
 cheap: the tokenizer is loaded on first use. ``alilama tokenizer`` (in the
-application) drives it through the ``Tokenizer`` interface like any other.
+application) drives it through the ``Tokenizer`` interface like any other, and
+``alilama tokenizer import`` through the importer it registers beside it
+(:func:`alilama_bpe.importers.import_tokenizer`).
 """
 
 from alilama_core.contracts.hookspecs import hookimpl
@@ -15,4 +17,4 @@ __all__ = ["register_tokenizers"]
 
 @hookimpl
 def register_tokenizers(register):
-    register("bpe", "alilama_bpe.tokenizer:BPETokenizer")
+    register("bpe", "alilama_bpe.tokenizer:BPETokenizer", importer="alilama_bpe.importers:import_tokenizer")

@@ -17,15 +17,11 @@ import os
 import shutil
 import unicodedata
 from pathlib import Path
-from typing import TYPE_CHECKING
-
 from alilama_bpe import reference
+from alilama_bpe.vocabulary import NORMALIZERS, AddedToken, Vocabulary
 from alilama_core.base.errors import TokenizerError
 from alilama_core.base.files import atomic_write_text, make_temp_folder, replace_folder
 from alilama_core.base.limits import loads_json
-
-if TYPE_CHECKING:
-    from alilama_bpe.tokenizer import BPETokenizer
 
 MODEL_FILE = "tokenizer.model"
 VOCAB_FILE = "tokenizer.vocab"
@@ -39,7 +35,7 @@ NEWEST_FORMAT = 3
 normalizer or added tokens (``normalizer``, ``added_tokens``), which an older reader would drop."""
 
 
-def model_text(tok: "BPETokenizer") -> str:
+def model_text(tok: Vocabulary) -> str:
     lines = ["minbpe v1", tok.pattern, str(len(tok.special_tokens))]
     lines += [f"{t} {i}" for t, i in sorted(tok.special_tokens.items(), key=lambda kv: kv[1])]
     lines += [f"{a} {b}" for a, b in tok.merges]
@@ -52,7 +48,7 @@ def render_token(b: bytes) -> str:
     return "".join(f"\\u{ord(c):04x}" if unicodedata.category(c)[0] == "C" else c for c in s)
 
 
-def vocab_text(tok: "BPETokenizer") -> str:
+def vocab_text(tok: Vocabulary) -> str:
     vocab = reference.vocab_bytes(tok.merges)
     ids = tok.ids or range(len(vocab))
     lines = []
@@ -69,7 +65,7 @@ def vocab_text(tok: "BPETokenizer") -> str:
     return "\n".join(lines) + "\n"
 
 
-def config_dict(tok: "BPETokenizer", model: str) -> dict:
+def config_dict(tok: Vocabulary, model: str) -> dict:
     """``tokenizer_config.json`` of ``tok``, whose ``.model`` text is ``model``."""
     return {
         "name": tok.name,
@@ -88,18 +84,14 @@ def config_dict(tok: "BPETokenizer", model: str) -> dict:
     }
 
 
-def stored_added_tokens(tok: "BPETokenizer") -> list[dict]:
+def stored_added_tokens(tok: Vocabulary) -> list[dict]:
     """The added tokens a folder records: those that are not special, and special ones with other flags than
     the defaults (HF tokenizers' for a special token: found where its text occurs, before normalizing)."""
-    from alilama_bpe.tokenizer import AddedToken
-
     return [t.as_dict() for t in tok.added_tokens if not t.special or t != AddedToken(t.content, t.id, special=True)]
 
 
 def read_added(path: Path) -> tuple[str | None, list]:
     """The normalizer and added tokens recorded in a saved folder's config (None and [] when none are)."""
-    from alilama_bpe.tokenizer import NORMALIZERS, AddedToken
-
     config = _config(path)
     cpath = (path if path.is_dir() else path.parent) / CONFIG_FILE
     normalizer = config.get("normalizer")
@@ -161,7 +153,7 @@ def read_ids(path: Path) -> list[int] | None:
     return ids
 
 
-def save(tok: "BPETokenizer", directory: Path) -> None:
+def save(tok: Vocabulary, directory: Path) -> None:
     """Write the tokenizer folder: in a temporary sibling folder, then moved into place.
 
     The folder is locked while it is written (a second writer fails at once,
@@ -367,7 +359,7 @@ def bytes_to_unicode() -> dict[int, str]:
     return out
 
 
-def hf_tokenizer_json(tok: "BPETokenizer") -> dict:
+def hf_tokenizer_json(tok: Vocabulary) -> dict:
     from alilama_bpe import patterns
 
     b2u = bytes_to_unicode()
@@ -432,7 +424,7 @@ def hf_tokenizer_json(tok: "BPETokenizer") -> dict:
     }
 
 
-def special_tokens_map(tok: "BPETokenizer") -> dict[str, str]:
+def special_tokens_map(tok: Vocabulary) -> dict[str, str]:
     """transformers' ``special_tokens_map.json``: end of text as ``eos_token`` (and ``bos``/``pad``).
 
     Alilama separates documents with ``<|endoftext|>``, so it begins and ends
@@ -447,7 +439,7 @@ def special_tokens_map(tok: "BPETokenizer") -> dict[str, str]:
     return out
 
 
-def hf_files(tok: "BPETokenizer") -> dict[str, str]:
+def hf_files(tok: Vocabulary) -> dict[str, str]:
     """Contents of ``tokenizer.json`` and ``special_tokens_map.json``."""
     return {
         HF_FILE: json.dumps(hf_tokenizer_json(tok), ensure_ascii=False),
@@ -455,7 +447,7 @@ def hf_files(tok: "BPETokenizer") -> dict[str, str]:
     }
 
 
-def save_hf(tok: "BPETokenizer", directory: Path) -> Path:
+def save_hf(tok: Vocabulary, directory: Path) -> Path:
     """Write ``tokenizer.json`` and ``special_tokens_map.json``; returns the first one's path."""
     if directory.exists() and not directory.is_dir():
         raise TokenizerError(f"cannot write tokenizer.json into {directory}: it is a file, not a folder")
@@ -470,7 +462,7 @@ def save_hf(tok: "BPETokenizer", directory: Path) -> Path:
 # ---------------------------------------------------------------- tiktoken
 
 
-def tiktoken_encoding(tok: "BPETokenizer", name: str = "alilama-bpe"):
+def tiktoken_encoding(tok: Vocabulary, name: str = "alilama-bpe"):
     """A ``tiktoken.Encoding`` whose ranks are Alilama's ids.
 
     tiktoken merges by the rank of the concatenated bytes, so ids must have
@@ -514,6 +506,6 @@ def tiktoken_encoding(tok: "BPETokenizer", name: str = "alilama-bpe"):
     )
 
 
-def _contiguous(tok: "BPETokenizer") -> bool:
+def _contiguous(tok: Vocabulary) -> bool:
     ids = sorted([*(tok.ids or range(256 + len(tok.merges))), *tok.special_tokens.values()])
     return ids == list(range(len(ids)))

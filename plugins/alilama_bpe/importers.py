@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from alilama_bpe import patterns
-from alilama_bpe.tokenizer import AddedToken, BPETokenizer
+from alilama_bpe.tokenizer import BPETokenizer
+from alilama_bpe.vocabulary import AddedToken
 from alilama_core.base.errors import TokenizerError
 
 ENDOFTEXT = "<|endoftext|>"

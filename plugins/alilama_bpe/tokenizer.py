@@ -29,7 +29,6 @@ import unicodedata
 import warnings
 from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -38,6 +37,7 @@ import regex
 
 from alilama_bpe import _backend, patterns, reference
 from alilama_bpe.reference import GPT4_SPLIT_PATTERN
+from alilama_bpe.vocabulary import NORMALIZERS, AddedToken
 from alilama_core.base.errors import AlilamaWarning, TokenizerError
 from alilama_core.contracts.tokenizer import MAX_VOCAB_SIZE, AllowedSpecial, ProgressCallback, Tokenizer
 
@@ -82,58 +82,6 @@ def check_special_tokens(tokens: Iterable[str]) -> list[str]:
     return out
 
 
-NORMALIZERS = ("NFC",)
-"""Normalizers a tokenizer may apply to the text before splitting it (``unicodedata.normalize``'s forms)."""
-
-
-@dataclass(frozen=True)
-class AddedToken:
-    """A token found in the text before it is split, as HF tokenizers finds ``tokenizer.json``'s added tokens.
-
-    A special one is also in ``special_tokens`` (and found only when allowed, as
-    any special token); one that is not special is always found. ``normalized``:
-    looked for in the normalized text (after the tokens that are not, which are
-    looked for in the text as given); HF's default is ``not special``.
-    ``lstrip``/``rstrip``: the whitespace before/after it is part of the match;
-    ``single_word``: found only where no word character touches it.
-    """
-
-    content: str
-    id: int
-    special: bool = False
-    normalized: bool | None = None
-    lstrip: bool = False
-    rstrip: bool = False
-    single_word: bool = False
-
-    def __post_init__(self) -> None:
-        if self.normalized is None:
-            object.__setattr__(self, "normalized", not self.special)
-        if not isinstance(self.content, str) or not self.content:
-            raise TokenizerError(f"added tokens must be non-empty strings, got {self.content!r}")
-        if not isinstance(self.id, int) or isinstance(self.id, bool) or not 0 <= self.id < MAX_VOCAB_SIZE:
-            raise TokenizerError(f"the added token {self.content!r} has id {self.id!r}, not in 0..{MAX_VOCAB_SIZE - 1}")
-        for flag in ("special", "normalized", "lstrip", "rstrip", "single_word"):
-            if not isinstance(getattr(self, flag), bool):
-                raise TokenizerError(f"the added token {self.content!r}: {flag} must be true or false")
-
-    @property
-    def plain(self) -> bool:
-        """Whether HF tokenizers finds it exactly where its text occurs (no stripping, no word check)."""
-        return not (self.lstrip or self.rstrip or self.single_word)
-
-    def as_dict(self) -> dict[str, Any]:
-        """Its entry in a ``tokenizer.json``'s ``added_tokens`` (and in a saved folder's config)."""
-        return {k: getattr(self, k) for k in _ADDED_KEYS}
-
-    @classmethod
-    def from_dict(cls, entry: Any, where: str) -> "AddedToken":
-        if not isinstance(entry, dict) or not {"content", "id"} <= entry.keys():
-            raise TokenizerError(f"{where}: an added token must be an object with 'content' and 'id', got {entry!r}")
-        return cls(**{k: entry[k] for k in _ADDED_KEYS if k in entry})
-
-
-_ADDED_KEYS = ("id", "content", "single_word", "lstrip", "rstrip", "normalized", "special")
 _WORD = regex.compile(r"[\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\p{Join_Control}]")
 """A word character where ``single_word`` looks (the Unicode ``\\w`` of HF tokenizers' regex crate)."""
 _SPACE = regex.compile(r"\p{White_Space}")
@@ -311,6 +259,7 @@ class BPETokenizer(Tokenizer):
         self.requested_vocab_size: int | None = None
         self.stopped_early = False
         chosen = backend if backend is not None else type(self).backend
+        self._requested = chosen
         self._impl = _backend.resolve(chosen)
         split = patterns.native_split(pattern)
         if self._impl == "native" and split is None:
@@ -372,6 +321,15 @@ class BPETokenizer(Tokenizer):
     def implementation(self) -> str:
         """``"native"`` or ``"python"``: which code does the work."""
         return self._impl
+
+    def fallback_notice(self) -> str | None:
+        """Why the pure-Python reference does the work, when the native code could not (None otherwise)."""
+        if self._impl == "native" or (self._requested == "python" and _backend.native is not None):
+            return None
+        reason = (
+            "the native module is not built" if _backend.native is None else "the native pre-tokenizer does not know it"
+        )
+        return f"this split pattern runs on the pure-Python reference ({reason}): same ids, much slower"
 
     @property
     def merges(self) -> list[tuple[int, int]]:

@@ -236,6 +236,7 @@ class HFExporter(Exporter):
     steps = 4
     reader = "transformers"
     reads_here = True
+    uploads_to = "the Hugging Face Hub"
     probe_file = str(PROBE_FILE)
     probe_needs = "torch, transformers and safetensors"
 
@@ -262,6 +263,13 @@ class HFExporter(Exporter):
             check_dataset_id(dataset)
         if self.options["format"] not in FORMATS:
             raise AlilamaError(f"--format must be one of {', '.join(FORMATS)}, got {self.options['format']!r}")
+
+    def push(self, run, repo, *, private=False, revision=None, checkpoint=None, on_step=None) -> str:
+        """Export ``run`` and upload it to the Hub repository ``repo`` with the user's token (``alilama_hf.push``)."""
+        from alilama_hf.push import push
+
+        options = {k: self.options[k] for k in ("license", "datasets", "format")}
+        return push(run, repo, private=private, revision=revision, checkpoint=checkpoint, on_step=on_step, **options)
 
     def problem(self, model_config) -> str | None:
         return None  # remote code holds any model; --format native says why it cannot, when it cannot

@@ -62,6 +62,9 @@ def test_the_plan_names_each_check_once_and_says_why_one_is_skipped():
     assert all(isinstance(c, Check) and c.id.startswith("positional:alibi:") for c in checks)
     hf = next(c for c in tokenizer_checks("symbols") if c.name == "save_hf")
     assert hf.skip == "it does not declare hf_export"
+    importer = next(c for c in tokenizer_checks("symbols") if c.name == "importer")
+    assert importer.skip == "it registers no importer"
+    assert next(c for c in tokenizer_checks("bpe") if c.name == "importer").skip is None
 
 
 def test_a_known_gap_must_fail_and_a_closed_gap_is_an_error():
@@ -94,3 +97,43 @@ def test_a_backend_that_sees_padding_fails_the_padded_batch_and_says_so():
             AssertionError, match=r"left-padded batch .* differs from eager on each prompt alone: row 0 "
         ):
             check_attention_backend("sees-padding", schemes=("rope",))
+
+
+def _accepts_anything(source, *, pattern=None, special_tokens=None):
+    """An importer that never refuses a source: it hands back an empty vocabulary."""
+    from alilama_bpe.tokenizer import BPETokenizer
+
+    return BPETokenizer([], {"<|endoftext|>": 256}), f"anything {source}"
+
+
+def _drops_a_merge(source, *, pattern=None, special_tokens=None):
+    """An importer that loses the vocabulary's last merge (other ids than the tokenizer it read)."""
+    from alilama_bpe.importers import import_tokenizer
+    from alilama_bpe.tokenizer import BPETokenizer
+
+    tok, where = import_tokenizer(source, pattern=pattern, special_tokens=special_tokens)
+    return BPETokenizer(tok.merges[:-1], tok.special_tokens, tok.pattern), where
+
+
+@pytest.mark.parametrize(
+    "importer, message",
+    [(_accepts_anything, "accepted a source that does not exist"), (_drops_a_merge, "imports back with other ids")],
+)
+def test_an_importer_that_breaks_its_contract_fails_the_kit(importer, message):
+    from alilama_bpe.tokenizer import BPETokenizer
+    from alilama_core import hookimpl
+    from alilama_core.engine.registry import get_registry
+    from alilama_core.kit import check_tokenizer
+
+    class Plugin:
+        @hookimpl
+        def register_tokenizers(self, register):
+            register("careless-bpe", BPETokenizer, importer=importer)
+
+    registry = get_registry()
+    registry.register_plugin(Plugin(), name="careless")
+    try:
+        with pytest.raises(AssertionError, match=message):
+            check_tokenizer("careless-bpe")
+    finally:
+        registry.unregister_plugin("careless")

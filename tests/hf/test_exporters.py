@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from alilama_testing import needs_test_plugins, ok, run_cli
 
+from alilama_core.base.errors import AlilamaError
 from alilama_core.contracts.exporter import Exporter, ExportOption, Reading
 from alilama_core.kit import check_exporter
 
@@ -82,9 +83,10 @@ def test_an_option_the_format_does_not_take_is_refused_by_name(runs, tmp_path):
 
 def test_the_built_in_exporters_pass_the_kit():
     names = ["declaration", "unknown option refused", "problem() answers", "export reads back"]
-    assert check_exporter("hf") == names
-    assert check_exporter("hf", options={"format": "remote-code"}) == names
-    assert check_exporter("hf", options={"format": "native"}, model={"positional": "rope"}) == names
+    pushes = [*names, "push refuses a bad destination"]  # hf uploads to the Hub
+    assert check_exporter("hf") == pushes
+    assert check_exporter("hf", options={"format": "remote-code"}) == pushes
+    assert check_exporter("hf", options={"format": "native"}, model={"positional": "rope"}) == pushes
     assert check_exporter("gguf", options={"dtype": "f16", "modelfile": True}) == names
 
 
@@ -124,6 +126,40 @@ def test_an_exporter_whose_reading_disagrees_fails_the_kit_and_leaves_nothing():
     with pytest.raises(AssertionError, match=r"logits differ by 1\.00e\+00"):
         check_exporter(Wrong)
     assert check_exporter(Wrong, options={"shift": "0"})[-1] == "export reads back"
+
+
+class Uploads(Wrong):
+    """Declares an upload; its ``push`` exports first (``exports_first``), or takes any repository."""
+
+    name = "uploads-anywhere"
+    uploads_to = "a shelf"
+    exports_first = False
+
+    def push(self, run, repo, *, private=False, revision=None, checkpoint=None, on_step=None):
+        if self.exports_first:
+            on_step("exported")
+        if not repo and self.exports_first:
+            raise AlilamaError("no repository")
+        return f"shelf/{repo}"
+
+
+class ExportsFirst(Uploads):
+    name = "uploads-late"
+    exports_first = True
+
+
+@pytest.mark.parametrize(
+    "exporter, message",
+    [(Uploads, "accepted an empty repository name"), (ExportsFirst, "exported before it refused")],
+)
+def test_a_push_that_checks_its_destination_late_fails_the_kit(exporter, message, tmp_path):
+    from alilama_core.kit import exporter_checks
+
+    (push,) = [c for c in exporter_checks(exporter, run=tmp_path / "run") if c.name.startswith("push")]
+    with pytest.raises(AssertionError, match=message):
+        push()
+    (skipped,) = [c for c in exporter_checks(Wrong) if c.name.startswith("push")]
+    assert skipped.skip == "no uploads_to"
 
 
 class Undeclared(Wrong):

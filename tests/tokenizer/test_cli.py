@@ -105,10 +105,83 @@ def test_missing_or_corrupt_tokenizer(app, tmp_path):
     assert r.exit_code == 1 and "corrupt" in r.output and "Traceback" not in r.output
 
 
-def test_plugin_registers_the_tokenizer():
+def test_plugin_registers_the_tokenizer_and_its_importer():
     names = []
-    alilama_bpe.register_tokenizers(lambda name, target: names.append((name, target)))
-    assert names == [("bpe", "alilama_bpe.tokenizer:BPETokenizer")]
+    alilama_bpe.register_tokenizers(lambda name, target, **meta: names.append((name, target, meta)))
+    assert names == [
+        ("bpe", "alilama_bpe.tokenizer:BPETokenizer", {"importer": "alilama_bpe.importers:import_tokenizer"})
+    ]
+    from alilama_bpe.importers import import_tokenizer
+    from alilama_core.engine.registry import get_tokenizer_importer
+
+    assert get_tokenizer_importer("bpe") is import_tokenizer
+
+
+@pytest.fixture
+def one_app():
+    from alilama_core.app import tokenizer as tokenizer_cli
+
+    a = typer.Typer()
+    a.add_typer(tokenizer_cli.tokenizer_app, name="tokenizer")
+    return a
+
+
+def test_import_goes_through_the_importer_a_plugin_registers(one_app, tmp_path):
+    """A third-party tokenizer offers ``tokenizer import --kind NAME`` by registering an importer beside its class."""
+    from alilama_bpe.tokenizer import BPETokenizer
+    from alilama_core import hookimpl
+    from alilama_core.engine.registry import get_registry
+    from alilama_core.runs.tokenizers import load_tokenizer, tokenizer_kind
+
+    class Words(BPETokenizer):
+        name = "words-bpe"
+
+    calls = []
+
+    def read_words(source, *, pattern=None, special_tokens=None):
+        calls.append((str(source), pattern, special_tokens))
+        return Words.load(source), f"a words model {source}"
+
+    class Plugin:
+        @hookimpl
+        def register_tokenizers(self, register):
+            register("words-bpe", Words, importer=read_words)
+
+    model = tmp_path / "src"
+    BPETokenizer.train(["one two three one two"] * 4, 262, special_tokens=["<|endoftext|>"]).save(model)
+    registry = get_registry()
+    registry.register_plugin(Plugin(), name="words-plugin")
+    try:
+        out = tmp_path / "tok"
+        args = ["tokenizer", "import", str(model / "tokenizer.model"), "--kind", "words-bpe", "--out", str(out)]
+        r = runner.invoke(one_app, [*args, "--special", "<|x|>=300"])
+        assert r.exit_code == 0, r.output
+        assert calls == [(str(model / "tokenizer.model"), None, {"<|x|>": 300})]
+        assert "a words model" in r.output and "words-bpe" in r.output
+        assert tokenizer_kind(out) == "words-bpe" and type(load_tokenizer(out)) is Words
+        r = runner.invoke(one_app, ["tokenizer", "import", "gpt2", "--kind", "symbols", "--out", str(tmp_path / "s")])
+        assert r.exit_code == 1 and "'symbols' cannot import a vocabulary" in r.output
+        assert "tokenizers that can: bpe, words-bpe" in r.output and not (tmp_path / "s").exists()
+    finally:
+        registry.unregister_plugin("words-plugin")
+    r = runner.invoke(one_app, ["tokenizer", "import", "gpt2", "--kind", "nope", "--out", str(tmp_path / "n")])
+    assert r.exit_code == 1 and "nope" in r.output and "bpe" in r.output and "Traceback" not in r.output
+
+
+def test_import_prints_the_tokenizers_fallback_notice(one_app, tmp_path):
+    from alilama_bpe import _backend
+    from alilama_bpe.tokenizer import BPETokenizer
+
+    BPETokenizer.train(["one two three"] * 4, 260, pattern=r"\w+|\s+").save(tmp_path / "src")
+    r = runner.invoke(
+        one_app, ["tokenizer", "import", str(tmp_path / "src" / "tokenizer.model"), "-o", str(tmp_path / "a")]
+    )
+    assert r.exit_code == 0, r.output
+    why = "the native module is not built" if _backend.native is None else "the native pre-tokenizer does not know it"
+    assert f"notice: this split pattern runs on the pure-Python reference ({why})" in " ".join(r.output.split())
+    if _backend.native is not None:  # the default pattern runs natively; the reference asked for is no fallback
+        assert BPETokenizer([]).fallback_notice() is None
+        assert BPETokenizer([], backend="python").fallback_notice() is None
 
 
 def test_plugin_import_is_light():

@@ -130,7 +130,7 @@ def test_download_uses_the_hub_cache_offline(tmp_path, monkeypatch):
         blob = blobs / f"{abs(hash(name)):040x}"[:40]
         blob.write_text(text)
         (snapshot / name).symlink_to(f"../../blobs/{blob.name}")
-    code = "from alilama_core.app.commands import download; print('\\n'.join(download('tinystories')))"
+    code = "from alilama_core.runs.datasets import download; print('\\n'.join(download('tinystories')))"
     env = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
