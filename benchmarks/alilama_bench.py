@@ -93,7 +93,7 @@ def prepared_stories(root):
     import warnings
 
     from alilama_core.app.prepare import iter_documents, prepare
-    from alilama_core.app.stories import write_corpus
+    from alilama_core.runs.stories import write_corpus
     from alilama_core.base.errors import AlilamaWarning
     from alilama_core.engine.registry import get_tokenizer
 

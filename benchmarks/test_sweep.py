@@ -92,7 +92,7 @@ def test_sweep_at_two_trials_at_once_against_one_after_another(benchmark, sweep_
 
 @pytest.fixture(scope="module")
 def sweep_bench_data(tmp_path_factory) -> Path:
-    from alilama_core.app.stories import write_corpus
+    from alilama_core.runs.stories import write_corpus
     from alilama_core.engine.registry import get_tokenizer
 
     root = tmp_path_factory.mktemp("sweep-bench")

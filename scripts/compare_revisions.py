@@ -102,7 +102,7 @@ def child(tree: Path, what: str, out: Path, *extra: str) -> dict:
 def prepared_data(root: Path) -> tuple[Path, int]:
     """A small prepared data folder from the built-in stories (made with the installed Alilama)."""
     from alilama_core.app.prepare import iter_documents, prepare
-    from alilama_core.app.stories import write_corpus
+    from alilama_core.runs.stories import write_corpus
     from alilama_core.engine.registry import get_tokenizer
 
     write_corpus(root / "stories.txt", 400, seed=0)

@@ -31,7 +31,7 @@ WIDTH, HEIGHT = 1400, 900
 def train(root: Path, steps: int) -> Path:
     """A small run trained with the tensorboard logger, ``root/essay-tiny``; its TensorBoard folder."""
     from alilama_core.app.prepare import iter_documents, prepare
-    from alilama_core.app.stories import write_corpus
+    from alilama_core.runs.stories import write_corpus
     from alilama_core.engine import configs as cfgmod
     from alilama_core.engine.registry import get_tokenizer, get_trainer
     from alilama_core.engine.validate import check_config

@@ -47,7 +47,7 @@ def cli(*args: str, cwd: Path | None = None):
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory) -> Path:
-    from alilama_core.app.stories import write_corpus
+    from alilama_core.runs.stories import write_corpus
 
     root = tmp_path_factory.mktemp("base")
     write_corpus(root / "corpus.txt", 300, seed=3)

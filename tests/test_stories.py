@@ -1,4 +1,4 @@
-"""Tests for the procedural story corpus (alilama_core.app.stories)."""
+"""Tests for the procedural story corpus (alilama_core.runs.stories) and its command (alilama_core.app.stories)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from alilama_core.app import stories as S
+from alilama_core.app import stories as command
+from alilama_core.runs import stories as S
+from alilama_core.runs.stories import corpus as corpus_module
+from alilama_core.runs.stories import steps
+from alilama_core.runs.stories import words as word_lists
+from alilama_core.runs.stories.story import Story
 
 SEP = "<|endoftext|>"
 REPO = Path(__file__).resolve().parents[1]
@@ -105,7 +110,7 @@ def test_write_corpus_byte_identical(tmp_path):
 
 def test_independent_of_hash_randomisation(tmp_path):
     code = (
-        "import hashlib, sys; from alilama_core.app.stories import generate_stories; "
+        "import hashlib, sys; from alilama_core.runs.stories import generate_stories; "
         "print(hashlib.sha256('\\n'.join(generate_stories(300, seed=11)).encode()).hexdigest())"
     )
     digests = set()
@@ -118,6 +123,157 @@ def test_independent_of_hash_randomisation(tmp_path):
         digests.add(out.stdout.strip())
     local = hashlib.sha256("\n".join(S.generate_stories(300, seed=11)).encode()).hexdigest()
     assert digests == {local}
+
+
+# --- the pinned corpus ---------------------------------------------------------------
+
+# sha256 of the corpus files and of the plots' stories as the generator wrote them when these pins were
+# taken; a change to any word list, template, step or draw order moves them.
+QUICKSTART_CORPUS = ("429714946dd08ec20efb76b18f454412e971be51247efb22368cb05043660059", 12_017_646)
+QUICKSTART_FIRST_2000 = ("9bb7da19fe354656e2ef670f0f26b13c3c3bbbfdc964ff4d4bc98a98ba02aac4", 1_201_215)
+EVERY_PLOT = "ac93b83120dfcad9c0e6bfa8670ff22c19ba5508990edbb659f8ae0c1897f4ed"
+
+
+def corpus_digest(path: Path, n: int, seed: int) -> tuple[str, int]:
+    size = S.write_corpus(path, n, seed=seed)
+    return hashlib.sha256(path.read_bytes()).hexdigest(), size
+
+
+@pytest.mark.slow
+def test_quickstart_corpus_is_pinned(tmp_path):
+    """Pins the corpus the quickstart trains on (``alilama quickstart``: 20,000 stories of seed 0), byte for byte."""
+    assert corpus_digest(tmp_path / "stories.txt", 20_000, seed=0) == QUICKSTART_CORPUS
+
+
+def test_quickstart_corpus_start_is_pinned(tmp_path):
+    """Pins the first 2,000 stories of the corpus the quickstart trains on (the stream of seed 0), byte for byte."""
+    assert corpus_digest(tmp_path / "stories.txt", 2000, seed=0) == QUICKSTART_FIRST_2000
+
+
+def test_every_plots_stories_are_pinned():
+    """Pins 80 stories of each plot, with every pronoun and with "they" alone (no grown-up), byte for byte."""
+    text = "\n===\n".join(
+        S.make_story(random.Random(i), pronouns=pronouns, plot=name)
+        for name in S.PLOT_NAMES
+        for i in range(40)
+        for pronouns in (("he", "she", "they"), ("they",))
+    )
+    assert hashlib.sha256(text.encode()).hexdigest() == EVERY_PLOT
+
+
+# --- the plot tables ------------------------------------------------------------------
+
+
+def phrases(plot_steps) -> list[str]:
+    """Every template and line of dialogue in ``plot_steps``, in the arms of branches and casts too."""
+    out: list[str] = []
+    for step in plot_steps:
+        if isinstance(step, steps.Branch):
+            for _, arm in step.arms:
+                out += phrases(arm)
+        elif isinstance(step, steps.Cast):
+            for arm in step.arms.values():
+                out += phrases(arm)
+        elif isinstance(step, steps.Say):
+            out += step.lines
+        else:
+            out += getattr(step, "templates", ())
+    return out
+
+
+@pytest.fixture(scope="module")
+def told() -> dict[str, list[tuple[str, list[str], dict]]]:
+    """Per plot, 300 kept stories: each one's text, the templates and lines it was told with, and its context."""
+    drafts: list[Story] = []
+    init, add, say = Story.__init__, Story.add, Story.say
+
+    def recording_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self.used = []
+        drafts.append(self)
+
+    def recording_add(self, template):
+        self.used.append(template)
+        add(self, template)
+
+    def recording_say(self, who, line, reply=False):
+        self.used.append(line)
+        say(self, who, line, reply=reply)
+
+    out: dict[str, list[tuple[str, list[str], dict]]] = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Story, "__init__", recording_init)
+        mp.setattr(Story, "add", recording_add)
+        mp.setattr(Story, "say", recording_say)
+        for name in S.PLOT_NAMES:
+            out[name] = []
+            for i in range(300):
+                pronouns = ("they",) if i % 5 == 4 else ("he", "she", "they")
+                text = S.make_story(random.Random(i), pronouns=pronouns, plot=name)
+                kept = drafts[-1]  # make_story keeps the last draft it made
+                assert kept.text() == text
+                out[name].append((text, kept.used, kept.ctx))
+    return out
+
+
+def test_plot_table_is_consistent():
+    assert S.PLOT_NAMES == tuple(plot.name for plot in S.PLOTS)
+    assert len(set(S.PLOT_NAMES)) == len(S.PLOTS) == 9
+    for plot in S.PLOTS:
+        assert plot.weight > 0
+        assert bool(plot.rows) == bool(plot.fields), plot.name
+        assert all(len(row) == len(plot.fields) for row in plot.rows), plot.name
+        assert len(set(plot.rows)) == len(plot.rows), plot.name
+        assert isinstance(plot.steps[-1], steps.Ending) or plot.name == "night", plot.name
+        for template in phrases(plot.steps):
+            assert template.strip() == template and template, (plot.name, template)
+
+
+def test_every_template_is_used(told):
+    """Each template and line of each plot is chosen in some story of that plot."""
+    for plot in S.PLOTS:
+        table = phrases(plot.steps)
+        assert len(table) > 20, plot.name
+        used = {template for _, templates, _ in told[plot.name] for template in templates}
+        assert [t for t in table if t not in used] == [], plot.name
+
+
+def test_every_row_is_drawn(told):
+    """Each row of each plot's row table fills the context of some story of that plot."""
+    for plot in S.PLOTS:
+        contexts = [ctx for _, _, ctx in told[plot.name]]
+        for row in plot.rows:
+            assert any(
+                all(ctx[field] == entry.format(**ctx) for field, entry in zip(plot.fields, row)) for ctx in contexts
+            ), (plot.name, row)
+
+
+def test_every_plots_stories_are_well_formed(told):
+    for name, stories in told.items():
+        for text, _, _ in stories:
+            assert_well_formed(text)
+            assert S.MIN_SENTENCES <= count_sentences(text) <= S.MAX_SENTENCES, (name, text)
+
+
+@pytest.mark.parametrize("name", ["lost", "try", "gift"])
+def test_a_plot_is_deterministic_per_seed(name):
+    first = [S.make_story(random.Random(i), plot=name) for i in range(20)]
+    assert first == [S.make_story(random.Random(i), plot=name) for i in range(20)]
+    assert len(set(first)) == 20
+    with pytest.raises(KeyError):
+        S.make_story(random.Random(0), plot="no such plot")
+
+
+def test_cast_gives_the_role_the_grownup_or_the_friend(told):
+    """The helper of "try" and the one given a present in "gift" are the grown-up in some stories, the friend in others."""
+    for name, role in (("try", "helper"), ("gift", "recv"), ("night", "helper")):
+        taken = Counter()
+        for _, _, ctx in told[name]:
+            who = "g" if "g" in ctx and ctx[role] == ctx["g"] else "f"
+            assert ctx[role] == ctx[who] and ctx[f"{role}_he"] == ctx[f"{who}_he"], (name, ctx)
+            assert ctx[f"{role}_ref"].endswith(ctx["g_noun"] if who == "g" else f"friend {ctx['f']}"), (name, ctx)
+            taken[who] += 1
+        assert taken["g"] and taken["f"], (name, taken)
 
 
 # --- file format ----------------------------------------------------------------
@@ -167,10 +323,10 @@ def test_written_file_has_usual_mode(tmp_path):
 
 def test_cli_main(tmp_path, capsys):
     out = tmp_path / "cli.txt"
-    assert S.main([str(out), "--stories", "12", "--seed", "4"]) == 0
+    assert command.main([str(out), "--stories", "12", "--seed", "4"]) == 0
     assert out.read_text(encoding="utf-8").split("\n" + SEP + "\n")[:-1] == S.generate_stories(12, seed=4)
     assert "wrote 12 stories" in capsys.readouterr().out
-    assert S.main(["--samples", "2", "--seed", "4"]) == 0
+    assert command.main(["--samples", "2", "--seed", "4"]) == 0
     assert capsys.readouterr().out.count(SEP) == 2
 
 
@@ -192,7 +348,7 @@ def test_failing_generation_keeps_old_file(tmp_path, monkeypatch):
         yield "Another story."
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(S, "iter_stories", broken)
+    monkeypatch.setattr(corpus_module, "iter_stories", broken)
     with pytest.raises(RuntimeError, match="boom"):
         S.write_corpus(path, 10)
     assert path.read_text() == "old content\n"
@@ -206,7 +362,7 @@ def test_failing_replace_keeps_old_file(tmp_path, monkeypatch):
     def fail(src, dst):
         raise OSError("disk full")
 
-    monkeypatch.setattr(S.os, "replace", fail)
+    monkeypatch.setattr(corpus_module.os, "replace", fail)
     with pytest.raises(OSError, match="disk full"):
         S.write_corpus(path, 10)
     assert path.read_text() == "old content\n"
@@ -248,21 +404,28 @@ def test_article_helper():
     assert S.a("hat") == "a hat"
 
 
+def assert_well_formed(story: str) -> None:
+    """Balanced quotes; every sentence and quotation starts with a capital and ends with its punctuation."""
+    for paragraph in story.split("\n"):
+        assert paragraph.count('"') % 2 == 0, paragraph  # quotes balanced
+        for sent in sentences(paragraph):
+            body = sent[1:] if sent.startswith('"') else sent
+            assert body[:1].isupper(), f"{sent!r} in: {story}"
+            assert sent.endswith((".", "!", "?", '."', '!"', '?"')), f"{sent!r} in: {story}"
+        # every quotation starts with a capital and ends with , . ! or ?
+        for quote in re.findall(r'"([^"]*)"', paragraph):
+            assert quote[:1].isupper(), paragraph
+            assert quote[-1] in ",.!?", paragraph
+        # a comma closing a quote is followed by a speech tag, never by a new sentence
+        for after in re.findall(r',"\s+(\S+)', paragraph):
+            assert after[0].islower() or after[0].isupper(), paragraph
+        assert "{" not in paragraph and "}" not in paragraph, paragraph  # every slot was filled
+        assert "  " not in paragraph and " ." not in paragraph and " ," not in paragraph, paragraph
+
+
 def test_sentences_capitalised_and_punctuated(corpus):
     for story in corpus:
-        for paragraph in story.split("\n"):
-            assert paragraph.count('"') % 2 == 0, paragraph  # quotes balanced
-            for sent in sentences(paragraph):
-                body = sent[1:] if sent.startswith('"') else sent
-                assert body[:1].isupper(), f"{sent!r} in: {story}"
-                assert sent.endswith((".", "!", "?", '."', '!"', '?"')), f"{sent!r} in: {story}"
-            # every quotation starts with a capital and ends with , . ! or ?
-            for quote in re.findall(r'"([^"]*)"', paragraph):
-                assert quote[:1].isupper(), paragraph
-                assert quote[-1] in ",.!?", paragraph
-            # a comma closing a quote is followed by a speech tag, never by a new sentence
-            for after in re.findall(r',"\s+(\S+)', paragraph):
-                assert after[0].islower() or after[0].isupper(), paragraph
+        assert_well_formed(story)
 
 
 TAG = re.compile(r" (\w+) (\w+)")
@@ -329,7 +492,7 @@ def test_pronoun_agreement(pronoun):
 
 
 def test_names_take_singular_verbs(corpus):
-    names = "|".join(sorted({n for ns in S.NAMES.values() for n in ns} | set(S.ANIMAL_NAMES)))
+    names = "|".join(sorted({n for ns in word_lists.NAMES.values() for n in ns} | set(word_lists.ANIMAL_NAMES)))
     pat = re.compile(rf"(?<!and )\b({names}) were\b")
     for story in corpus:
         assert not pat.search(story), story
@@ -339,7 +502,7 @@ def test_names_take_singular_verbs(corpus):
 def test_things_do_sensible_things(corpus):
     """A thing's actions (fly a kite, sail a boat) appear only in stories with that thing."""
     uses: dict[str, set[str]] = {}
-    for thing in S.THINGS:
+    for thing in word_lists.THINGS:
         for base, past in thing.uses:
             for phrase in (base, past):
                 uses.setdefault(phrase.split(" it")[0] + " it", set()).add(thing.noun)

@@ -1,6 +1,6 @@
 """``alilama quickstart``: corpus -> tokenizer -> data -> a small ALiBi model -> samples, offline.
 
-The default corpus is the project's own procedural stories (``alilama_core.app.stories``),
+The default corpus is the project's own procedural stories (``alilama_core.runs.stories``),
 so the quickstart needs no network. Training is planned by a time budget
 (``train.max_time``, with ``train.max_steps`` null), which the trainer honours
 whatever this machine's speed: warm-up ends within a tenth of the budget, the
@@ -74,7 +74,7 @@ def run_quickstart(
     if run.exists() and not overwrite:
         raise AlilamaError(f"{str(run)!r} exists; pass --overwrite or choose another --out")
     if data is None:
-        from alilama_core.app.stories import write_corpus
+        from alilama_core.runs.stories import write_corpus
 
         corpus = out / "corpus" / "stories.txt"
         size = write_corpus(corpus, stories, seed=0)

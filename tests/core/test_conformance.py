@@ -80,7 +80,7 @@ def test_registered_is_temporary():
 
 def test_default_trainer_conforms(tmp_path):
     from alilama_core.app.prepare import prepare
-    from alilama_core.app.stories import write_corpus
+    from alilama_core.runs.stories import write_corpus
     from alilama_core.engine.registry import get_tokenizer
     from alilama_core.kit.trainer import check_trainer
     from alilama_core.runs.tokenizers import save_tokenizer

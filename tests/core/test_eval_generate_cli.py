@@ -30,7 +30,7 @@ def passed(result) -> None:
 
 @pytest.fixture(scope="module")
 def ws(tmp_path_factory) -> Path:
-    from alilama_core.app.stories import write_corpus
+    from alilama_core.runs.stories import write_corpus
 
     root = tmp_path_factory.mktemp("evalgen")
     write_corpus(root / "corpus.txt", 200, seed=3)

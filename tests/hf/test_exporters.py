@@ -178,7 +178,7 @@ def test_a_malformed_declaration_fails_the_kit():
 @pytest.fixture(scope="module")
 def twin_runs(tmp_path_factory) -> dict[str, Path]:
     """Tiny runs trained through the CLI with ``alibi-twin``, ``alibi`` and ``alibi-undeclared``."""
-    from alilama_core.app.stories import write_corpus
+    from alilama_core.runs.stories import write_corpus
 
     root = tmp_path_factory.mktemp("twin")
     write_corpus(root / "train.txt", 200, seed=1)

@@ -66,7 +66,7 @@ def texts() -> list[str]:
     """Stories to score: the served run's own story, stories the project writes, TinyStories lines if present."""
     import random
 
-    from alilama_core.app.stories import generate_stories
+    from alilama_core.runs.stories import generate_stories
 
     own = "Once upon a time, there was a little girl named Lily. She loved to play outside in the sun."
     out = [own, own.replace("Lily", "Mia"), *[s.strip() for s in generate_stories(10, seed=5)]]

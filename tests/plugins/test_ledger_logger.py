@@ -33,7 +33,7 @@ def test_ledger_passes_the_kit():
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory) -> Path:
-    from alilama_core.app.stories import write_corpus
+    from alilama_core.runs.stories import write_corpus
 
     root = tmp_path_factory.mktemp("ledger")
     write_corpus(root / "train.txt", 300, seed=1)

@@ -36,7 +36,7 @@ TRAIN = [
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
     from alilama_core.app.prepare import iter_documents, prepare
-    from alilama_core.app.stories import write_corpus
+    from alilama_core.runs.stories import write_corpus
     from alilama_core.engine.registry import get_tokenizer
 
     root = tmp_path_factory.mktemp("scratch")

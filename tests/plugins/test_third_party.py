@@ -35,7 +35,7 @@ pytestmark = needs_test_plugins(*PACKAGES)
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> tuple[Path, Path]:
-    from alilama_core.app.stories import write_corpus
+    from alilama_core.runs.stories import write_corpus
 
     root = tmp_path_factory.mktemp("corpus")
     write_corpus(root / "train.txt", 300, seed=1)

@@ -48,7 +48,7 @@ def refused(result: subprocess.CompletedProcess, *phrases: str) -> str:
 @pytest.fixture(scope="module")
 def window_run(tmp_path_factory) -> tuple[Path, Path]:
     """A tiny run trained with ``window`` through the CLI, and a held-out text file."""
-    from alilama_core.app.stories import write_corpus
+    from alilama_core.runs.stories import write_corpus
 
     root = tmp_path_factory.mktemp("window")
     train, val = root / "train.txt", root / "val.txt"

@@ -194,7 +194,7 @@ def test_trusted_remote_code_runs_only_through_transformers(export, tmp_path):
 
 def test_a_pickled_optimizer_state_is_not_unpickled_on_resume(tmp_path):
     """Checkpoints hold torch files; resume loads them with ``weights_only=True``: a pickle payload is refused."""
-    from alilama_core.app.stories import write_corpus
+    from alilama_core.runs.stories import write_corpus
 
     marker = tmp_path / "pickle-marker"
     write_corpus(tmp_path / "corpus.txt", 200, seed=1)

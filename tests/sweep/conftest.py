@@ -18,7 +18,7 @@ from alilama_core.engine.registry import get_tokenizer
 
 @pytest.fixture(scope="session")
 def sweep_data(tmp_path_factory) -> Path:
-    from alilama_core.app.stories import write_corpus
+    from alilama_core.runs.stories import write_corpus
 
     root = tmp_path_factory.mktemp("sweep-data")
     corpus = root / "stories.txt"

@@ -12,7 +12,7 @@ from alilama_core.engine.registry import get_tokenizer
 
 @pytest.fixture(scope="session")
 def corpus(tmp_path_factory) -> Path:
-    from alilama_core.app.stories import write_corpus
+    from alilama_core.runs.stories import write_corpus
 
     path = tmp_path_factory.mktemp("corpus") / "stories.txt"
     write_corpus(path, 400, seed=1)
