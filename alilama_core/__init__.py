@@ -44,7 +44,7 @@ __version__ = _version()
 _LAZY = {
     "build_model": "alilama_core.engine.model",
     "GPT": "alilama_core.engine.model",
-    "KVCache": "alilama_core.engine.model",
+    "KVCache": "alilama_core.engine.cache",
     "PositionalScheme": "alilama_core.contracts.positional",
     "AttentionBackend": "alilama_core.contracts.attention",
     "Trainer": "alilama_core.contracts.trainer",

@@ -29,9 +29,10 @@ from alilama_bench import FULL
 
 from alilama_core import build_model
 from alilama_core.engine import decode as dec
-from alilama_core.engine.batching import ContinuousBatch, Join
+from alilama_core.engine.batching import ContinuousBatch
 from alilama_core.engine.configs import preset
 from alilama_core.engine.generation import SamplingSettings, generate
+from alilama_core.engine.request import Request
 
 NEW_TOKENS = 256 if FULL else 8
 BATCH_TOKENS = 128 if FULL else 8
@@ -146,7 +147,7 @@ def test_joins_prefilled_together(benchmark, model):
     def admit(together: bool) -> list[int | None]:
         batch = batches[together]  # a server's batch: made once, its rows freed after each round
         if together:
-            joined = batch.join_many([Join(p, settings) for p in prompts])
+            joined = batch.join_many([Request(p, settings) for p in prompts])
         else:
             joined = [batch.join(p, settings) for p in prompts]
         for handle, _ in joined:

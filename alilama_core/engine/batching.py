@@ -39,64 +39,43 @@ import torch
 from torch import Tensor
 
 from alilama_core.base.errors import ConfigError
-from alilama_core.engine.decode import StaticCache, capacity_for, check_choice, decode_step, step_width
+from alilama_core.engine.cache import KVCache, StaticCache, left_pad, row_positions
+from alilama_core.engine.decode import capacity_for, check_choice, decode_step, step_width
 from alilama_core.engine.generation import (
     NOT_PROBABILITIES,
     SamplingSettings,
     draw_rows,
-    left_pad,
     next_token,
     position_room,
-    row_positions,
     sampling_probs,
 )
-from alilama_core.engine.model import GPT, KVCache
+from alilama_core.engine.model import GPT
+from alilama_core.engine.request import Request
 
 
 @dataclass
 class Sequence:
-    """One sequence in the batch: its row, its settings and what it has made so far."""
+    """One sequence in the batch: its row, its request and what it has made so far."""
 
     handle: int
     row: int
-    settings: SamplingSettings
+    request: Request
     generator: torch.Generator
-    prompt: list[int]
     limit: int
     """How many new tokens it may make: ``max_new_tokens``, or fewer where the position table ends."""
     new: list[int] = field(default_factory=list)
     pending: int | None = None
     """The token sampled last, fed to the model at the next step."""
-    logprobs: int | None = None
-    """Report each token's log-probability and this many likeliest alternatives (``None``: none)."""
-    ignore_eos: bool = False
-    """Go on past end-of-text (to ``limit`` tokens), as load tests want."""
 
 
-@dataclass
-class Join:
-    """A sequence asking to join (``ContinuousBatch.join_many``): its prompt and how it wants its tokens."""
-
-    prompt: list[int]
-    settings: SamplingSettings
-    logprobs: int | None = None
-    ignore_eos: bool = False
-    echo: bool = False
-    """With ``logprobs``: score the prompt's own tokens too (``score_tokens``), from the same prefill."""
-
-    @property
-    def scored(self) -> bool:
-        return self.echo and self.logprobs is not None
-
-
-def prefill_groups(joins: list[Join], indices: list[int]) -> list[list[int]]:
-    """Which of ``joins`` (by index) are prefilled together: by length, a group's padding never more than its
-    tokens; a join that scores its prompt alone (all its positions' logits are kept)."""
-    groups: list[list[int]] = [[i] for i in indices if joins[i].scored]
+def prefill_groups(requests: list[Request], indices: list[int]) -> list[list[int]]:
+    """Which of ``requests`` (by index) are prefilled together: by length, a group's padding never more than its
+    tokens; a request that scores its prompt alone (all its positions' logits are kept)."""
+    groups: list[list[int]] = [[i] for i in indices if requests[i].scored]
     group: list[int] = []
     tokens = 0
-    for i in sorted((i for i in indices if not joins[i].scored), key=lambda i: len(joins[i].prompt)):
-        n = len(joins[i].prompt)  # the longest so far: the group's width
+    for i in sorted((i for i in indices if not requests[i].scored), key=lambda i: len(requests[i].prompt)):
+        n = len(requests[i].prompt)  # the longest so far: the group's width
         if group and n * (len(group) + 1) > 2 * (tokens + n):
             groups.append(group)
             group, tokens = [], 0
@@ -205,50 +184,48 @@ class ContinuousBatch:
     ) -> tuple[int, Event]:
         """Add a sequence: prefill ``prompt``, sample its first token; ``(handle, that first event)``.
 
-        ``logprobs``: each event then carries the token's log-probability and the ``logprobs``
-        likeliest tokens with theirs (0: the token's alone). ``ignore_eos``: end-of-text is a token like
-        any other for this sequence. ``echo`` (with ``logprobs``): the first event also carries the
-        prompt's own scores (``score_tokens``), from the same prefill. Nothing is changed when it fails.
+        ``join_many`` of one ``Request`` (``alilama_core.engine.request``: what ``logprobs``, ``ignore_eos`` and
+        ``echo`` ask for), its refusal raised. Nothing is changed when it fails.
         """
-        (result,) = self.join_many([Join(list(prompt), settings, logprobs, ignore_eos, echo)])
+        (result,) = self.join_many([Request(list(prompt), settings, logprobs, ignore_eos, echo)])
         if isinstance(result, Exception):
             raise result
         return result
 
     @torch.no_grad()
-    def join_many(self, joins: list[Join]) -> list[tuple[int, Event] | Exception]:
-        """Add several sequences at once, their prompts prefilled together (``prefill_groups``).
+    def join_many(self, requests: list[Request]) -> list[tuple[int, Event] | Exception]:
+        """Add a sequence for each of ``requests`` at once, their prompts prefilled together (``prefill_groups``).
 
-        One result per join, in order: ``(handle, first event)``, or the exception that refused that join
+        One result per request, in order: ``(handle, first event)``, or the exception that refused that request
         alone (a bad prompt or settings, no free row), the others joining all the same. Many clients that
         arrive together wait for one forward pass over their prompts, not one each.
         """
-        results: list[tuple[int, Event] | Exception | None] = [None] * len(joins)
+        results: list[tuple[int, Event] | Exception | None] = [None] * len(requests)
         rooms: dict[int, int | None] = {}
-        for i, join in enumerate(joins):
+        for i, request in enumerate(requests):
             try:
                 if len(rooms) == self.free_rows:
                     raise ConfigError(f"the batch is full ({self.rows} rows); wait for a sequence to end")
-                rooms[i] = self._room(join)
+                rooms[i] = self._room(request)
             except Exception as exc:
                 results[i] = exc
-        for group in prefill_groups(joins, list(rooms)):
+        for group in prefill_groups(requests, list(rooms)):
             try:
-                own, logits = self._prefill([joins[i] for i in group])
+                own, logits = self._prefill([requests[i] for i in group])
             except Exception as exc:
                 if len(group) == 1:
                     results[group[0]] = exc
                     continue
-                for i in group:  # each alone: a failure is its own join's
-                    results[i] = self.join_many([joins[i]])[0]
+                for i in group:  # each alone: a failure is its own request's
+                    results[i] = self.join_many([requests[i]])[0]
                 continue
             for r, i in enumerate(group):
-                results[i] = self._start(joins[i], rooms[i], own, r, logits[r])
+                results[i] = self._start(requests[i], rooms[i], own, r, logits[r])
         return results  # type: ignore[return-value]
 
-    def _room(self, join: Join) -> int | None:
-        """Refuse a join this batch cannot take; the room its positional scheme leaves after the prompt."""
-        prompt, settings = join.prompt, join.settings
+    def _room(self, request: Request) -> int | None:
+        """Refuse a request this batch cannot take; the room its positional scheme leaves after the prompt."""
+        prompt, settings = request.prompt, request.settings
         settings.validate(self.model.config.vocab_size)
         if any(not 0 <= t < self.model.config.vocab_size for t in prompt):
             raise ConfigError(f"a prompt token id is outside this model's 0..{self.model.config.vocab_size - 1}")
@@ -266,13 +243,13 @@ class ContinuousBatch:
             )
         return room
 
-    def _prefill(self, joins: list[Join]) -> tuple[KVCache, Tensor]:
+    def _prefill(self, requests: list[Request]) -> tuple[KVCache, Tensor]:
         """The prompts' forward pass, left-padded into one batch as ``generate`` pads: their cache and logits,
-        ``(G, V)``, or ``(G, T, V)`` for a join that scores its prompt (it is prefilled alone)."""
-        ids, mask = left_pad([join.prompt for join in joins], 0, self.device)
+        ``(G, V)``, or ``(G, T, V)`` for a request that scores its prompt (it is prefilled alone)."""
+        ids, mask = left_pad([request.prompt for request in requests], 0, self.device)
         padded = not bool(mask.all())
         own = KVCache(capacity=ids.size(1), chunk=ids.size(1))  # the prompts' columns, not a chunk's
-        scored = joins[0].scored
+        scored = requests[0].scored
         logits = self.model(
             ids,
             cache=own,
@@ -282,31 +259,24 @@ class ContinuousBatch:
         )  # (G, W or 1, V)
         return own, logits if scored else logits[:, -1]
 
-    def _start(self, join: Join, room: int | None, own: KVCache, source_row: int, logits: Tensor) -> tuple[int, Event]:
-        """Place a prefilled join in a free row and sample its first token from its ``logits``."""
-        settings = join.settings
+    def _start(
+        self, request: Request, room: int | None, own: KVCache, source_row: int, logits: Tensor
+    ) -> tuple[int, Event]:
+        """Place a prefilled request in a free row and sample its first token from its ``logits``."""
+        settings = request.settings
         generator = torch.Generator(device=self.device)
         generator.manual_seed(settings.seed) if settings.seed is not None else generator.seed()
         prompt_scores = None
-        if join.scored:  # (T, V): the prompt's own scores, then the last position's logits
-            prompt_scores = score_tokens(logits, join.prompt, join.logprobs or 0)
+        if request.scored:  # (T, V): the prompt's own scores, then the last position's logits
+            prompt_scores = score_tokens(logits, request.prompt, request.logprobs or 0)
             logits = logits[-1]
         if self.static is not None and len(self.live) == self.static.batch:  # every row of the cache is taken
             self._regroup(self._bucket(len(self.live) + 1))
         row = min(set(range(self.rows)) - {s.row for s in self.live.values()})
         limit = settings.max_new_tokens if room is None else min(settings.max_new_tokens, room)
-        seq = Sequence(
-            self._next_handle,
-            row,
-            settings,
-            generator,
-            list(join.prompt),
-            limit,
-            logprobs=join.logprobs,
-            ignore_eos=join.ignore_eos,
-        )
+        seq = Sequence(self._next_handle, row, request, generator, limit)
         self._next_handle += 1
-        self._place(seq, own, source_row, len(join.prompt))
+        self._place(seq, own, source_row, len(request.prompt))
         self.live[seq.handle] = seq
         event = self._sampled(seq, logits[None])
         event.prompt = prompt_scores
@@ -397,13 +367,13 @@ class ContinuousBatch:
         their own settings and generator.
         """
         sequences = list(self.live.values())
-        best = logits.argmax(dim=-1).tolist() if any(_plain_greedy(s.settings) for s in sequences) else None
+        best = logits.argmax(dim=-1).tolist() if any(_plain_greedy(s.request.settings) for s in sequences) else None
         drawn = self._shared_draws(sequences, logits)
         return [
             self._sampled(
                 seq,
                 logits[seq.row : seq.row + 1],
-                best[seq.row] if _plain_greedy(seq.settings) else drawn.get(seq.handle),
+                best[seq.row] if _plain_greedy(seq.request.settings) else drawn.get(seq.handle),
             )
             for seq in sequences
         ]
@@ -417,14 +387,14 @@ class ContinuousBatch:
         row); a row whose probabilities are not numbers gets the error ``draw`` raises, the others go on."""
         groups: dict[tuple, list[Sequence]] = {}
         for seq in sequences:
-            s = seq.settings
+            s = seq.request.settings
             if s.temperature and s.plain:
                 groups.setdefault((s.temperature, s.top_k, s.top_p), []).append(seq)
         drawn: dict[int, int | Exception] = {}
         for group in groups.values():
             if len(group) > 1:
                 rows = torch.tensor([seq.row for seq in group], dtype=torch.long, device=logits.device)
-                probs = sampling_probs(logits[rows].float(), group[0].settings)  # (G, V)
+                probs = sampling_probs(logits[rows].float(), group[0].request.settings)  # (G, V)
                 uniform = torch.cat([torch.rand(1, 1, generator=s.generator, device=probs.device) for s in group])
                 tokens, fine = draw_rows(probs, uniform)  # (G,) each
                 for seq, token, ok in zip(group, tokens.tolist(), fine.tolist()):
@@ -446,25 +416,26 @@ class ContinuousBatch:
             return Event(seq.handle, None, "error", error=exc)
 
     def _sample(self, seq: Sequence, logits: Tensor, token: int | None = None) -> Event:
+        request = seq.request
         if token is None:
             history = generated = None
-            if seq.settings.repetition_penalty:
-                history = torch.tensor([seq.prompt + seq.new], dtype=torch.long, device=self.device)
-            if seq.settings.penalised:
+            if request.settings.repetition_penalty:
+                history = torch.tensor([request.prompt + seq.new], dtype=torch.long, device=self.device)
+            if request.settings.penalised:
                 generated = torch.tensor([seq.new], dtype=torch.long, device=self.device)
-            token = int(next_token(logits, seq.settings, history, seq.generator, generated)[0])
+            token = int(next_token(logits, request.settings, history, seq.generator, generated)[0])
         scores: dict = {}
-        if seq.logprobs is not None:
+        if request.logprobs is not None:
             logp = logits[0].float().log_softmax(-1)
             scores["logprob"] = float(logp[token])
-            top = logp.topk(seq.logprobs) if seq.logprobs else None
+            top = logp.topk(request.logprobs) if request.logprobs else None
             scores["top"] = [] if top is None else [(int(i), float(v)) for v, i in zip(top.values, top.indices)]
-        if self.eot_id is not None and token == self.eot_id and not seq.ignore_eos:
+        if self.eot_id is not None and token == self.eot_id and not request.ignore_eos:
             self.live.pop(seq.handle, None)
             return Event(seq.handle, None, "stop")
         seq.new.append(token)
         seq.pending = token
-        if len(seq.new) >= seq.limit or len(seq.prompt) + len(seq.new) >= self.capacity:
+        if len(seq.new) >= seq.limit or len(request.prompt) + len(seq.new) >= self.capacity:
             self.live.pop(seq.handle, None)
             return Event(seq.handle, token, "length", **scores)
         return Event(seq.handle, token, **scores)

@@ -2,7 +2,7 @@
 
 ``KVCache`` grows as tokens come, so every decode step of ``GPT.forward`` has a
 new shape, and a compiler traces a new graph for each (or gives up). Here the
-cache is allocated once at its capacity (``StaticCache``: keys and values
+cache is allocated once at its capacity (``StaticCache``, ``alilama_core.engine.cache``: keys and values
 ``(L, B, H, N, D)``, each row's and head's columns one contiguous block), a
 step reads the filled columns, a prefix of each block, with the padded ones
 masked, and returns its keys and values for a column given as a tensor, so
@@ -49,66 +49,8 @@ import torch
 from torch import Tensor, nn
 
 from alilama_core.base.errors import AlilamaWarning, ConfigError
-from alilama_core.engine.model import GPT, KVCache
-
-
-class StaticCache:
-    """Keys and values of every layer, ``(L, B, H, N, D)``, allocated once for ``N`` positions.
-
-    Each row's and head's columns are one contiguous ``(N, D)`` block, so a step
-    reads the filled part of each as one run of memory (a running batch's cache is
-    megabytes: with the column first, the same reads jumped a whole ``(L, B, H, D)``
-    slab per column, measured 1.6x slower at 16 rows and 128 columns).
-    ``kv_cache()`` views the same buffers as a ``KVCache`` (layers of
-    ``(B, H, N, D)``) for the eager prefill, placing and shifting (it never grows past ``N``).
-    """
-
-    def __init__(self, keys: Tensor, values: Tensor) -> None:
-        self.keys, self.values = keys, values  # (L, B, H, N, D) each
-
-    @classmethod
-    def for_model(cls, model: GPT, batch: int, capacity: int, dtype: torch.dtype | None = None) -> "StaticCache":
-        cfg = model.config
-        weight = model.tok_emb.weight
-        shape = (cfg.n_layers, batch, cfg.n_heads, capacity, cfg.d_model // cfg.n_heads)
-        dtype = dtype or weight.dtype
-        # zeros: a masked key is never NaN
-        return cls(
-            torch.zeros(shape, dtype=dtype, device=weight.device), torch.zeros(shape, dtype=dtype, device=weight.device)
-        )
-
-    @property
-    def capacity(self) -> int:
-        return self.keys.size(3)
-
-    @property
-    def batch(self) -> int:
-        return self.keys.size(1)
-
-    def buffers(self) -> tuple[Tensor, Tensor]:
-        """Keys and values, ``(L, B, H, N, D)`` each: what a step reads (the first ``W`` columns of each block)."""
-        return self.keys, self.values
-
-    def write(self, column: Tensor, keys: Tensor, values: Tensor) -> None:
-        """Store one step's ``keys`` and ``values`` ``(L, B, H, 1, D)`` at ``column`` ``(1,)``."""
-        self.keys.index_copy_(3, column, keys)
-        self.values.index_copy_(3, column, values)
-
-    def move_rows(self, rows: list[int], into: "StaticCache", width: int) -> None:
-        """Copy this cache's ``rows`` into the first rows of ``into``, their first ``width`` columns: a running
-        batch moves to a cache of fewer rows, or more, as sequences leave and join."""
-        index = torch.tensor(rows, dtype=torch.long, device=self.keys.device)
-        into.keys[:, : len(rows), :, :width] = self.keys[:, index, :, :width]
-        into.values[:, : len(rows), :, :width] = self.values[:, index, :, :width]
-
-    def kv_cache(self, length: int = 0) -> KVCache:
-        """A ``KVCache`` over these buffers, ``length`` positions filled (its writes land here)."""
-        cache = KVCache(capacity=self.capacity)
-        cache._keys = list(self.keys.unbind(0))  # (B, H, N, D) each
-        cache._values = list(self.values.unbind(0))
-        cache._lengths = [length] * len(cache._keys)
-        cache.chunk = self.capacity  # it must not grow: a step past N is the caller's error
-        return cache
+from alilama_core.engine.cache import StaticCache
+from alilama_core.engine.model import GPT
 
 
 class DecodeStep(nn.Module):

@@ -21,8 +21,9 @@ import torch
 from torch import Tensor
 
 from alilama_core.base.errors import ConfigError
-from alilama_core.engine.decode import StaticCache, capacity_for, check_choice, decode_step, step_width
-from alilama_core.engine.model import GPT, KVCache
+from alilama_core.engine.cache import KVCache, StaticCache, left_pad, row_positions
+from alilama_core.engine.decode import capacity_for, check_choice, decode_step, step_width
+from alilama_core.engine.model import GPT
 
 
 MIN_TEMPERATURE = 1e-5
@@ -193,23 +194,6 @@ def nucleus(logits: Tensor, top_p: float) -> Tensor:
         k = min(vocab, 4 * k)
     keep = torch.zeros_like(logits, dtype=torch.bool).scatter_(1, order, ~drop)
     return logits.masked_fill(~keep, float("-inf"))
-
-
-def left_pad(prompts: Sequence[Sequence[int]], pad_id: int, device) -> tuple[Tensor, Tensor]:
-    """The prompts as one ``(B, W)`` batch, each ended at the right, and its mask (``True`` on real tokens)."""
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long, device=device)
-    mask = torch.zeros((len(prompts), width), dtype=torch.bool, device=device)
-    for row, prompt in enumerate(prompts):
-        if prompt:
-            ids[row, width - len(prompt) :] = torch.as_tensor(list(prompt), dtype=torch.long)
-            mask[row, width - len(prompt) :] = True
-    return ids, mask
-
-
-def row_positions(mask: Tensor) -> Tensor:
-    """Each row's own positions, from 0 at its first real token, under a left-padded ``(B, W)`` ``mask``."""
-    return (mask.long().cumsum(dim=1) - 1).clamp(min=0)
 
 
 @torch.no_grad()

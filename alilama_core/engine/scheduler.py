@@ -2,19 +2,20 @@
 
 ``Scheduler`` owns the model: one thread that runs a ``ContinuousBatch``
 (``alilama_core.engine.batching``) and hands every ``Event`` to the callback of
-the ``Job`` it belongs to. Work submitted from other threads waits in a bounded
+the ``Job`` it belongs to (a ``Request``, ``alilama_core.engine.request``, and
+where its events go). Work submitted from other threads waits in a bounded
 queue (``Limits.max_queue``; beyond it ``RequestError`` with status 429) and is
 admitted between decode steps, as rows free up. A job that fails fails alone
 (its callback gets an ``"error"`` event; the other rows go on), a cancelled job
 (its client went away, or a stop string ended it) leaves the batch at once, and
 ``call(fn)`` runs other work on the model between steps. Nothing here knows of
-HTTP: ``alilama serve`` (``alilama_core.app.serve``) shapes the events into
-OpenAI's responses, and a script can use the scheduler alone::
+HTTP: ``alilama serve``'s server (``alilama_core.runs.serving``) shapes the
+events into OpenAI's responses, and a script can use the scheduler alone::
 
     events = queue.Queue()
     scheduler = Scheduler(model, tokenizer.eot_id, Limits(max_batch=4))
     scheduler.start()
-    scheduler.submit([Job(tokenizer.encode("Once"), SamplingSettings(max_new_tokens=8), events.put)])
+    scheduler.submit([Job(Request(tokenizer.encode("Once"), SamplingSettings(max_new_tokens=8)), events.put)])
     while True:
         event = events.get()
         if event.token is not None:
@@ -42,11 +43,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from alilama_core.base.errors import AlilamaError
+from alilama_core.engine.request import Request
 from alilama_core.engine.requests import RequestError
 
 if TYPE_CHECKING:
     from alilama_core.engine.batching import Event
-    from alilama_core.engine.generation import SamplingSettings
 
 
 @dataclass
@@ -157,21 +158,16 @@ def encode_prompts(
 
 @dataclass
 class Job:
-    """One sequence to generate: its prompt ids and settings, and ``deliver``, called with each of its events.
+    """One sequence to generate: its ``request``, and ``deliver``, called with each of its events.
 
     ``deliver`` runs on the scheduler's thread: hand the event over and return (``queue.Queue.put``, or
     ``loop.call_soon_threadsafe`` for asyncio).
     """
 
-    prompt: list[int]
-    settings: SamplingSettings
+    request: Request
     deliver: Callable[[Event], Any]
-    logprobs: int | None = None
-    """Report each token's log-probability and this many alternatives (``None``: none)."""
-    ignore_eos: bool = False
-    echo: bool = False
-    """Score the prompt too (its scores come with the first event)."""
     handle: int | None = None
+    """Its sequence in the batch, once admitted."""
     cancelled: bool = False
 
 
@@ -263,7 +259,7 @@ class Scheduler(threading.Thread):
                 self.pending -= 1
             if job.cancelled:
                 continue
-            if job.settings.max_new_tokens == 0:  # echo of a prompt's scores, nothing generated: no row
+            if job.request.settings.max_new_tokens == 0:  # echo of a prompt's scores, nothing generated: no row
                 self._score(job)
             else:
                 admitted.append(job)
@@ -277,7 +273,7 @@ class Scheduler(threading.Thread):
         from alilama_core.engine.batching import Event, score_prompt
 
         try:
-            scores = score_prompt(self.batch.model, job.prompt, job.logprobs or 0)
+            scores = score_prompt(self.batch.model, job.request.prompt, job.request.logprobs or 0)
         except Exception as exc:
             self._fail(job, exc)
             return
@@ -285,10 +281,7 @@ class Scheduler(threading.Thread):
 
     def _admit(self, jobs: list[Job]) -> None:
         """Start ``jobs`` in the batch, together; a failure answers its own job alone."""
-        from alilama_core.engine.batching import Join
-
-        joins = [Join(job.prompt, job.settings, job.logprobs, job.ignore_eos, job.echo) for job in jobs]
-        for job, result in zip(jobs, self.batch.join_many(joins)):
+        for job, result in zip(jobs, self.batch.join_many([job.request for job in jobs])):
             if isinstance(result, Exception):
                 self._fail(job, result)
                 continue

@@ -6,7 +6,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from alilama_core.contracts.attention import AttentionBackend, attention_backend
-from alilama_core.engine.model import KVCache, build_model
+from alilama_core.engine.cache import KVCache
+from alilama_core.engine.model import build_model
 from alilama_core.engine.registry import get_attention, get_positional
 from alilama_core.kit.common import (
     KIT_CONTEXT,

@@ -12,8 +12,8 @@ from alilama_core.contracts.attention import AttentionCase, attention_backend
 from alilama_core.contracts.config import ModelConfig
 from alilama_core.base.errors import AlilamaError, ConfigError
 from alilama_core.contracts.hookspecs import hookimpl
+from alilama_core.engine.cache import row_positions
 from alilama_core.engine.configs import PRESETS
-from alilama_core.engine.generation import row_positions
 from alilama_core.engine.model import build_model
 from alilama_core.engine.registry import HOOKS, get_registry
 
@@ -215,7 +215,7 @@ def _padded_batch_error(model, reference=None, lengths: tuple[int, ...] = PROMPT
     """
     import torch
 
-    from alilama_core.engine.model import KVCache
+    from alilama_core.engine.cache import KVCache
 
     reference = model if reference is None else reference
     model.eval()

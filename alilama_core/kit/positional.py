@@ -8,7 +8,8 @@ from typing import Any
 
 from alilama_core.base.errors import ConfigError
 from alilama_core.contracts.positional import PositionalScheme
-from alilama_core.engine.model import KVCache, build_model
+from alilama_core.engine.cache import KVCache
+from alilama_core.engine.model import build_model
 from alilama_core.engine.registry import get_positional
 from alilama_core.engine.validate import check_model
 from alilama_core.kit.attention import _with_backend

@@ -8,8 +8,9 @@ from alilama_testing import tiny_config
 
 from alilama_core import build_model
 from alilama_core.base.errors import ConfigError
-from alilama_core.engine.batching import ContinuousBatch, Join, prefill_groups
+from alilama_core.engine.batching import ContinuousBatch, prefill_groups
 from alilama_core.engine.generation import SamplingSettings, generate
+from alilama_core.engine.request import Request
 
 EOT = 96
 PROMPTS = [[5, 17, 3], [40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50], [7], [60, 61, 62, 63, 64], [9, 9, 9, 9]]
@@ -86,8 +87,8 @@ def test_sequences_that_sample_alike_share_one_computation_and_each_draws_its_ow
 
     batch = ContinuousBatch(model, rows=3, capacity=64, eot_id=EOT)
     handles = [batch.join(PROMPTS[i], settings(i))[0] for i in range(3)]
-    batch.live[handles[1]].settings = SamplingSettings(max_new_tokens=10, temperature=float("nan"), top_p=0.9)
-    batch.live[handles[2]].settings = batch.live[handles[1]].settings  # the NaN row is in a group of two
+    nan = SamplingSettings(max_new_tokens=10, temperature=float("nan"), top_p=0.9)
+    batch.live[handles[1]].request.settings = batch.live[handles[2]].request.settings = nan  # a NaN group of two
     events = {e.handle: e for e in batch.step()}
     assert events[handles[1]].finish_reason == "error" and events[handles[2]].finish_reason == "error"
     assert events[handles[0]].finish_reason is None and handles[0] in batch.live
@@ -153,7 +154,7 @@ def test_a_sequence_that_fails_ends_alone_and_the_others_go_on():
     batch = ContinuousBatch(model, rows=3, capacity=64, eot_id=EOT)
     good, _ = batch.join(PROMPTS[0], settings)
     bad, _ = batch.join(PROMPTS[1], SamplingSettings(max_new_tokens=10, temperature=1.0, seed=1))
-    batch.live[bad].settings.temperature = float("nan")  # as if validation had missed it
+    batch.live[bad].request.settings.temperature = float("nan")  # as if validation had missed it
     events = batch.step()
     failed = [e for e in events if e.handle == bad]
     assert failed[0].finish_reason == "error" and isinstance(failed[0].error, RuntimeError)
@@ -199,7 +200,7 @@ def test_sequences_that_join_together_are_prefilled_in_one_pass_and_get_what_the
     batch.join(PROMPTS[1], settings(0))  # a sequence already decoding: the joiners' rows end where its row ends
     batch.step()
     prefills.clear()
-    results = batch.join_many([Join(p, settings(i)) for i, p in enumerate(prompts)])
+    results = batch.join_many([Request(p, settings(i)) for i, p in enumerate(prompts)])
     assert prefills == [(4, 5)]  # one forward pass, as wide as the longest prompt
     out = {handle: ([] if event.token is None else [event.token]) for handle, event in results}
     while len(batch):
@@ -211,7 +212,7 @@ def test_sequences_that_join_together_are_prefilled_in_one_pass_and_get_what_the
 
     echo = SamplingSettings(max_new_tokens=2, temperature=0)
     together = ContinuousBatch(model, rows=3, capacity=64, eot_id=EOT).join_many(
-        [Join(PROMPTS[3], echo, logprobs=2, echo=True), Join(PROMPTS[0], echo)]
+        [Request(PROMPTS[3], echo, logprobs=2, echo=True), Request(PROMPTS[0], echo)]
     )
     by_itself = ContinuousBatch(model, rows=1, capacity=64, eot_id=EOT).join(PROMPTS[3], echo, 2, echo=True)[1]
     assert [s.token for s in together[0][1].prompt] == PROMPTS[3]
@@ -225,12 +226,12 @@ def test_a_bad_join_among_good_ones_is_refused_alone():
     greedy = SamplingSettings(max_new_tokens=4, temperature=0)
     results = batch.join_many(
         [
-            Join(PROMPTS[0], greedy),
-            Join([1, 10_000], greedy),  # a token outside the vocabulary
-            Join(PROMPTS[3], SamplingSettings(temperature=float("nan"))),
-            Join(PROMPTS[4], greedy),
-            Join(PROMPTS[2], greedy),
-            Join(PROMPTS[1], greedy),  # one more than the batch's free rows
+            Request(PROMPTS[0], greedy),
+            Request([1, 10_000], greedy),  # a token outside the vocabulary
+            Request(PROMPTS[3], SamplingSettings(temperature=float("nan"))),
+            Request(PROMPTS[4], greedy),
+            Request(PROMPTS[2], greedy),
+            Request(PROMPTS[1], greedy),  # one more than the batch's free rows
         ]
     )
     errors = [str(r) if isinstance(r, Exception) else None for r in results]
@@ -244,10 +245,11 @@ def test_a_bad_join_among_good_ones_is_refused_alone():
 
 def test_prefill_groups_bound_the_padding_and_score_an_echo_alone():
     greedy = SamplingSettings()
-    joins = [Join([1] * n, greedy) for n in (4, 5, 40, 3, 6, 41)] + [Join([1] * 5, greedy, logprobs=1, echo=True)]
-    groups = prefill_groups(joins, list(range(len(joins))))
+    requests = [Request([1] * n, greedy) for n in (4, 5, 40, 3, 6, 41)]
+    requests.append(Request([1] * 5, greedy, logprobs=1, echo=True))
+    groups = prefill_groups(requests, list(range(len(requests))))
     assert groups == [[6], [3, 0, 1, 4], [2, 5]]
     for group in groups:
-        lengths = [len(joins[i].prompt) for i in group]
+        lengths = [len(requests[i].prompt) for i in group]
         assert max(lengths) * len(lengths) <= 2 * sum(lengths)
-    assert prefill_groups(joins, [0, 2, 3]) == [[3, 0], [2]]  # 40 tokens beside 3 and 4: more padding than tokens
+    assert prefill_groups(requests, [0, 2, 3]) == [[3, 0], [2]]  # 40 tokens beside 3 and 4: more padding than tokens

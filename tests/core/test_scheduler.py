@@ -9,6 +9,7 @@ import torch
 
 from alilama_core import build_model
 from alilama_core.engine.generation import SamplingSettings, generate
+from alilama_core.engine.request import Request
 from alilama_core.engine.requests import RequestError
 from alilama_core.engine.scheduler import Job, Limits, Scheduler
 from alilama_testing import tiny_config
@@ -38,8 +39,8 @@ def test_the_scheduler_serves_jobs_without_a_server_and_isolates_a_failure(model
         prompts = [[1, 2, 3], [5, 6, 7, 8, 9], [11]]
         queues = [queue.Queue() for _ in prompts]
         bad = queue.Queue()
-        jobs = [Job(p, greedy, q.put) for p, q in zip(prompts, queues)]
-        jobs.insert(1, Job([10_000], greedy, bad.put))  # an id outside the vocabulary: this job fails alone
+        jobs = [Job(Request(p, greedy), q.put) for p, q in zip(prompts, queues)]
+        jobs.insert(1, Job(Request([10_000], greedy), bad.put))  # an id outside the vocabulary: this job fails alone
         scheduler.submit(jobs)
         for prompt, events in zip(prompts, queues):
             tokens, reason = _collect(events)
@@ -53,7 +54,7 @@ def test_the_scheduler_serves_jobs_without_a_server_and_isolates_a_failure(model
 
 def test_the_queue_is_bounded(model):
     scheduler = Scheduler(model, eot_id=None, limits=Limits(max_batch=1, max_queue=2))  # not started: nothing leaves
-    job = Job([1], SamplingSettings(max_new_tokens=1), lambda event: None)
+    job = Job(Request([1], SamplingSettings(max_new_tokens=1)), lambda event: None)
     with pytest.raises(RequestError) as too_many:
         scheduler.submit([job] * 3)
     assert too_many.value.status == 400 and too_many.value.param == "n"
@@ -75,12 +76,12 @@ def test_jobs_waiting_together_are_admitted_in_one_prefill_and_a_score_only_job_
     prompts = [[1, 2, 3], [5, 6, 7, 8, 9], [11, 12], [4, 4, 4, 4]]
     events: list[list] = [[] for _ in prompts]
     scored: list = []
-    jobs = [Job(p, greedy, box.append) for p, box in zip(prompts, events)]
-    jobs.insert(1, Job([7, 8, 9], SamplingSettings(max_new_tokens=0), scored.append, logprobs=1, echo=True))
+    jobs = [Job(Request(p, greedy), box.append) for p, box in zip(prompts, events)]
+    jobs.insert(1, Job(Request([7, 8, 9], SamplingSettings(max_new_tokens=0), logprobs=1, echo=True), scored.append))
     scheduler.submit(jobs)
     scheduler._tick()
     assert prefills == [(1, 3), (3, 5)]  # the scored prompt alone, then three prompts together
-    assert len(scheduler.batch) == 3 and scheduler.waiting and scheduler.waiting[0].prompt == prompts[3]
+    assert len(scheduler.batch) == 3 and scheduler.waiting and scheduler.waiting[0].request.prompt == prompts[3]
     assert [s.token for s in scored[0].prompt] == [7, 8, 9]
     while scheduler.jobs or scheduler.waiting:
         scheduler._tick()

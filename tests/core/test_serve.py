@@ -443,7 +443,7 @@ def test_a_step_s_events_reach_the_event_loop_in_order_with_one_wake_up():
     import asyncio
     import threading
 
-    from alilama_core.app.serve import _on_loop
+    from alilama_core.runs.serving import _on_loop
 
     async def main() -> tuple[list, list, int]:
         loop = asyncio.get_running_loop()

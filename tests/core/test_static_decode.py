@@ -24,9 +24,9 @@ from alilama_core.base.errors import AlilamaWarning, ConfigError, PluginUnavaila
 from alilama_core.contracts.attention import attention_backend
 from alilama_core.engine import decode as dec
 from alilama_core.engine.batching import ContinuousBatch
-from alilama_core.engine.decode import DecodeStep, StaticCache
+from alilama_core.engine.cache import KVCache, StaticCache
+from alilama_core.engine.decode import DecodeStep
 from alilama_core.engine.generation import SamplingSettings, generate
-from alilama_core.engine.model import KVCache
 from alilama_core.engine.registry import get_attention, get_registry
 from alilama_core.kit.common import KIT_CONTEXT, tiny_model_config
 from alilama_core.runs.compiled import RunPackages

@@ -268,7 +268,7 @@ def test_both_http_parsers_close_a_connection_without_a_whole_head(parser):
     from starlette.responses import PlainTextResponse
     from starlette.routing import Route
 
-    from alilama_core.app.serve import _timed_protocol
+    from alilama_core.runs.serving import _timed_protocol
 
     protocol = _timed_protocol(1.0, parser)
     assert parser.lower() in protocol.__mro__[2].__name__.lower()  # the parser asked for, timed
