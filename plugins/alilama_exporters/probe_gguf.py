@@ -63,12 +63,13 @@ def probe(gguf_path: str, expected: str, texts: list[str] | None = None, threads
         flash_attn=False,
         verbose=False,
     )
-    diff = 0.0
+    diff, scale = 0.0, 0.0
     for row, logits in zip(ids.tolist(), want["logits"]):
         llm.reset()
         llm.eval(row)
         got = np.asarray(llm.scores[: len(row)], dtype=np.float32)
         diff = max(diff, float(np.abs(got - logits).max()))
+        scale = max(scale, float(np.abs(logits).max()))
     llm.reset()
     llm.eval(prompt)
     greedy: list[int] = []
@@ -83,6 +84,7 @@ def probe(gguf_path: str, expected: str, texts: list[str] | None = None, threads
     result = {
         "llama_cpp": llama_cpp.__version__,
         "max_logit_diff": diff,
+        "logit_scale": scale,
         "greedy_equal": greedy == want["greedy"].tolist(),
         "greedy": greedy,
         "tokenizer_equal": tokenize(meta["prompt_text"]) == prompt,

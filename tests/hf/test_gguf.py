@@ -35,7 +35,9 @@ ARCH = {"alibi": "mpt", "alibi-nobias": "mpt", "learned": "gpt2", "rope": "gptne
 F32_TOLERANCE = 2e-3
 """llama.cpp's GELU (tanh, looked up in a float16 table) moves these models' logits by up to ~1e-3."""
 STRUCTURE_TOLERANCE = 2e-4
-"""With Alilama's GELU replaced by llama.cpp's, what is left: float32 arithmetic in another order."""
+"""With Alilama's GELU replaced by llama.cpp's, what is left, relative to the largest logit: float32 arithmetic in
+another order, and the float16 roundings it now and then tips the other way (an input on a half-way point). Seen on
+AMD EPYC (Zen 3): 1.3e-5 (RoPE), 1.3e-5 (ALiBi), 9.7e-5 (learned); GELU alone moves the logits by up to ~1e-3."""
 
 
 def llama_python() -> Path:
@@ -126,7 +128,7 @@ def test_what_differs_is_llama_cpps_gelu_alone(name, gguf_runs, ggufs, tmp_path,
     monkeypatch.setitem(ACTIVATION, "gelu", llama_cpp_gelu)  # the models load_run builds take it
     write_expected(load_run(gguf_runs[name]), tmp_path / "ggml-gelu.safetensors", max_new_tokens=8)
     result = in_llama_cpp(ggufs[name, "f32"], tmp_path / "ggml-gelu.safetensors")
-    assert result["max_logit_diff"] <= STRUCTURE_TOLERANCE, result
+    assert result["max_logit_diff"] <= STRUCTURE_TOLERANCE * result["logit_scale"], result
 
 
 @pytest.mark.parametrize("dtype", ["f16", "q8_0"])
