@@ -13,7 +13,7 @@ from rich.markup import escape
 from typer.core import TyperCommand, TyperGroup
 
 from alilama_core.base.errors import AlilamaError
-from alilama_core.engine.configs import PRESETS
+from alilama_core.engine.configs import PRESETS, resolve_config  # noqa: F401 - the commands import it from here
 
 # Outside a terminal (a log file, a pipe, CI) lines are never wrapped at 80 columns: one message, one line.
 console = Console(soft_wrap=not sys.stdout.isatty())
@@ -203,17 +203,6 @@ def log_eval_results(run, checkpoint, results: dict[str, float]) -> None:
             highlight=False,
             soft_wrap=True,
         )
-
-
-def resolve_config(config: str | None, preset_name: str | None, overrides: list[str] | None):
-    """Config from a file or a preset (default ``essay``), then overrides; validated."""
-    from alilama_core.engine import configs as cfgmod
-    from alilama_core.engine.validate import check_config
-
-    if config and preset_name:
-        raise AlilamaError("give either --config or --preset, not both")
-    cfg = cfgmod.load(config) if config else cfgmod.preset(preset_name or "essay")
-    return check_config(cfgmod.apply_overrides(cfg, overrides))
 
 
 def warn_replacements() -> list[str]:

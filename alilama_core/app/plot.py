@@ -7,8 +7,8 @@ import warnings
 from pathlib import Path
 
 from alilama_core.base.errors import AlilamaError, AlilamaWarning
-from alilama_core.base.files import atomic_open
 from alilama_core.runs.checkpoint import read_metrics
+from alilama_core.runs.outputs import save_figure
 
 
 def plot_runs(runs: list[str | Path], out: str | Path) -> Path:
@@ -137,18 +137,3 @@ def check_image_path(out: str | Path) -> None:
             if not parent.is_dir():
                 raise AlilamaError(f"cannot write {str(out)!r}: {str(parent)!r} is a file, not a folder")
             break
-
-
-def save_figure(fig, out: str | Path) -> Path:
-    """Write ``fig`` as a PNG atomically and close it; an unwritable path is a clear error."""
-    import matplotlib.pyplot as plt
-
-    out = Path(out)
-    try:
-        with atomic_open(out, "wb") as f:
-            fig.savefig(f, format="png", bbox_inches="tight")
-    except OSError as exc:
-        raise AlilamaError(f"cannot write {str(out)!r}: {exc.strerror or exc}; choose a writable --out") from None
-    finally:
-        plt.close(fig)
-    return out

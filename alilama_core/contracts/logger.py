@@ -122,6 +122,13 @@ class Logger(abc.ABC):
                 f"pip install 'alilama[{extra}]'"
             )
 
+    @classmethod
+    def shared_options(cls, folder: str, study: str) -> dict[str, Any] | None:
+        """The options that log every run of a study into one experiment, to compare them side by side (what
+        ``alilama sweep --logger NAME`` gives each trial): ``folder`` is the study's folder (absolute), ``study``
+        its name. ``None`` (the default): this logger has no shared experiment, and a sweep refuses it."""
+        return None
+
     @abc.abstractmethod
     def start(self, run: RunStart) -> dict[str, Any]:
         """Open (or, with ``run.state``, reopen) the tracker's run; return the state to keep for a resume."""

@@ -335,3 +335,14 @@ def apply_overrides(cfg: T, overrides: list[str] | None) -> T:
             raise ConfigError(f"override {item!r}: no field {parts[-1]!r}; valid: {', '.join(node)}")
         node[parts[-1]] = value
     return from_dict(type(cfg), data)
+
+
+def resolve_config(config: str | None, preset_name: str | None, overrides: list[str] | None) -> Config:
+    """Config from a file or a preset (default ``essay``), then overrides; checked as a command checks it
+    (``validate.check_config``)."""
+    from alilama_core.engine.validate import check_config  # the registry and plugins, only when asked
+
+    if config and preset_name:
+        raise ConfigError("give either --config or --preset, not both")
+    cfg = load(config) if config else preset(preset_name or "essay")
+    return check_config(apply_overrides(cfg, overrides))

@@ -454,3 +454,20 @@ def building_file(out: str | os.PathLike[str], what: str = "output") -> Iterator
         os.replace(work, out)
     finally:
         work.unlink(missing_ok=True)
+
+
+def save_figure(fig, out: str | os.PathLike[str]) -> Path:
+    """Write a matplotlib ``fig`` as a PNG atomically and close it; an unwritable path is a clear error."""
+    import matplotlib.pyplot as plt
+
+    from alilama_core.base.files import atomic_open
+
+    out = Path(out)
+    try:
+        with atomic_open(out, "wb") as f:
+            fig.savefig(f, format="png", bbox_inches="tight")
+    except OSError as exc:
+        raise OutputError(f"cannot write {str(out)!r}: {exc.strerror or exc}; choose a writable --out") from None
+    finally:
+        plt.close(fig)
+    return out

@@ -1,14 +1,19 @@
 """A sweep's folder: its plan (the search space and the trials it expands to), each trial's status, the table.
 
 A sweep is many ordinary runs that differ in a few ``section.field=value``
-overrides. This module knows nothing of how trials are run (``alilama sweep``
-runs them on Ray Tune); it reads and writes what a sweep leaves on disk::
+overrides. This module knows nothing of how trials are run; it reads and writes
+what a sweep leaves on disk::
 
     SWEEP/sweep.json          the plan (base settings, space, search, seed) and each trial's status
     SWEEP/trials/NAME/        one ordinary run folder per trial (eval, generate, plot work on it)
     SWEEP/logs/NAME.log       what the trial printed
     SWEEP/trials/NAME/sweep-score.json   the scoring step's columns (``score:``), when the sweep has one
-    SWEEP/results.csv, results.md, results.png
+    SWEEP/results.csv, results.md, results.png (and results-seeds.csv, .md with a swept seed)
+
+The rest of a sweep, from the space a user gives to the table: ``sweep_plan`` (a plan from a sweep YAML,
+overrides and settings, every trial's config checked), ``sweep_ray`` (the trials on Ray Tune),
+``sweep_trial`` (one trial in a Ray worker, and the scoring step), ``sweep_plot`` (results.png) and
+``sweep_run.run_sweep``, the one call that does it all (``alilama sweep`` is a command over it).
 """
 
 from __future__ import annotations
@@ -33,6 +38,9 @@ from alilama_core.base.files import atomic_write_text
 SWEEP_JSON = "sweep.json"
 TRIALS = "trials"
 LOGS = "logs"
+RESULTS_CSV, RESULTS_MD, RESULTS_PNG = "results.csv", "results.md", "results.png"
+SEEDS_CSV, SEEDS_MD = "results-seeds.csv", "results-seeds.md"
+"""The table of trials and its plot; the table over seeds, written when a field named ``*.seed`` is swept."""
 SEARCHES = ("grid", "random", "optuna")
 """grid: every combination; random: ``samples`` points drawn with ``seed``; optuna: ``samples`` points that
 Optuna's sampler (through Ray Tune) chooses one after another from the results so far."""
@@ -65,6 +73,8 @@ POINT = "point"
 """The space key of a sweep's named points (``points:``): its values are their names, and a trial with
 ``point=NAME`` trains with that point's overrides. Points are trials that are not a product of fields (one
 change at a time from a baseline; a few hand-picked recipes); the space's other fields multiply them."""
+PRESET = "preset"
+"""The other space key that is not a config field: sweeping it trains each trial from another preset."""
 IDENTITY = ("preset", "config", "data", "task", "overrides", "space", "points", "search", "samples", "seed")
 """What makes a sweep the same sweep when it is run again (the rest may change between runs)."""
 

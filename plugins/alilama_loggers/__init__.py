@@ -15,28 +15,6 @@ LOGGERS = {
 }
 
 
-def shared_tracker(name: str, folder: str, study: str) -> list[str]:
-    """Overrides that log every run of a study into one tracker, to compare them side by side.
-
-    ``tensorboard``/``csv``: each run in ``folder/<name>/<run>`` (``tensorboard --logdir folder/tensorboard``);
-    ``mlflow``: one SQLite store ``folder/mlflow.db``, experiment ``study``; ``wandb``: project ``study``::
-
-        >>> shared_tracker("tensorboard", "runs/study", "positional")
-        ['train.loggers=[tensorboard]', 'train.logger_options.tensorboard.dir=runs/study/tensorboard']
-    """
-    from pathlib import Path
-
-    if name not in LOGGERS:
-        raise ValueError(f"no logger {name!r}; choose one of {', '.join(LOGGERS)}")
-    options = {
-        "tensorboard": {"dir": f"{folder}/tensorboard"},
-        "csv": {"dir": f"{folder}/csv"},
-        "mlflow": {"tracking_uri": f"sqlite:///{Path(folder).resolve() / 'mlflow.db'}", "experiment": study},
-        "wandb": {"project": study},
-    }[name]
-    return [f"train.loggers=[{name}]"] + [f"train.logger_options.{name}.{k}={v}" for k, v in options.items()]
-
-
 @hookimpl
 def register_loggers(register):
     for name, (target, description) in LOGGERS.items():

@@ -45,6 +45,11 @@ class CsvLogger(Logger):
     name = "csv"
     defaults: ClassVar[dict[str, Any]] = {"dir": None}
 
+    @classmethod
+    def shared_options(cls, folder: str, study: str) -> dict[str, Any]:
+        """Each run in ``folder/csv/<run>``."""
+        return {"dir": f"{folder}/csv"}
+
     def start(self, run: RunStart) -> dict[str, Any]:
         self.dir = log_dir(run, self.options["dir"])
         self.dir.mkdir(parents=True, exist_ok=True)

@@ -74,6 +74,11 @@ class MlflowLogger(Logger):
     requires = ("mlflow", "sqlalchemy", "alembic")
     extra = "mlflow"
 
+    @classmethod
+    def shared_options(cls, folder: str, study: str) -> dict[str, Any]:
+        """One SQLite store ``folder/mlflow.db``, one experiment ``study`` holding every run."""
+        return {"tracking_uri": f"sqlite:///{Path(folder).resolve() / 'mlflow.db'}", "experiment": study}
+
     def start(self, run: RunStart) -> dict[str, Any]:
         from mlflow.entities import Param
         from mlflow.tracking import MlflowClient

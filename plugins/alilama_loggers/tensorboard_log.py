@@ -27,6 +27,12 @@ def markdown_table(values: dict[str, Any]) -> str:
 class TensorBoardLogger(Logger):
     name = "tensorboard"
     defaults: ClassVar[dict[str, Any]] = {"dir": None, "flush_secs": 120}
+
+    @classmethod
+    def shared_options(cls, folder: str, study: str) -> dict[str, Any]:
+        """Each run in ``folder/tensorboard/<run>`` (``tensorboard --logdir folder/tensorboard`` lists them all)."""
+        return {"dir": f"{folder}/tensorboard"}
+
     requires = ("tensorboard",)
     extra = "tensorboard"
 

@@ -34,6 +34,11 @@ class WandbLogger(Logger):
     requires = ("wandb",)
     extra = "wandb"
 
+    @classmethod
+    def shared_options(cls, folder: str, study: str) -> dict[str, Any]:
+        """One project ``study``."""
+        return {"project": study}
+
     def start(self, run: RunStart) -> dict[str, Any]:
         import wandb
 

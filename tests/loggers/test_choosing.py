@@ -207,7 +207,7 @@ def test_an_unreachable_mlflow_server_is_given_up_within_seconds(tmp_path, refus
 def test_a_study_logs_every_run_into_one_tracker(data_dir, tmp_path):
     """What `alilama sweep --logger` uses: one TensorBoard folder with a run per training, and one MLflow
     experiment holding every run."""
-    from alilama_loggers import shared_tracker
+    from alilama_core.runs.sweep_plan import shared_logger_overrides as shared_tracker
     from loggers.readers import tensorboard_series
     from mlflow.tracking import MlflowClient
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from alilama_testing import documented_sweep
 
-from alilama_core.app.sweep import plan_from_args
+from alilama_core.runs.sweep_plan import plan_from_args
 from alilama_core.runs import sweeps
 
 ROOT = Path(__file__).resolve().parents[2]

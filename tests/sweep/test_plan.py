@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from alilama_core.app.sweep import make_plan, plan_from_args
+from alilama_core.runs.sweep_plan import make_plan, plan_from_args
 from alilama_core.base.errors import ConfigError
 from alilama_core.runs import sweeps
 
@@ -82,7 +82,7 @@ def test_a_scoring_step_that_sets_what_the_sweep_sets_is_refused():
 
 def test_the_horizons_file_sweeps_the_preset_itself(sweep_data):
     """``preset`` in the space trains each trial from that preset: fast's recipe, the essay's, the same rest."""
-    from alilama_core.app.sweep import train_args, trial_config
+    from alilama_core.runs.sweep_plan import train_args, trial_config
 
     file = sweeps.read_sweep_file(ROOT / "configs" / "sweeps" / "horizons.yaml")
     settings = {k: v for k, v in file.items() if k not in ("space", "overrides")}
@@ -101,7 +101,7 @@ def test_the_horizons_file_sweeps_the_preset_itself(sweep_data):
 def test_named_points_are_trials_that_are_not_a_product_of_fields(sweep_data):
     """``points:`` are swept as the ``point`` field: each trial trains with its point's overrides after the sweep's
     own (a point may set the preset), the space's other fields multiply them, and the command line narrows them."""
-    from alilama_core.app.sweep import train_args, trial_config
+    from alilama_core.runs.sweep_plan import train_args, trial_config
 
     stage1 = str(ROOT / "configs" / "sweeps" / "recipe-stage1.yaml")
     plan = plan_from_args([stage1], data=str(sweep_data))
@@ -194,7 +194,7 @@ def test_asha_never_stops_a_trial_on_its_last_evaluation(sweep_data):
     from ray.tune.experiment import Trial as TuneTrial
     from ray.tune.schedulers import TrialScheduler
 
-    from alilama_core.app.sweep import scheduler_settings
+    from alilama_core.runs.sweep_ray import scheduler_settings
 
     overrides = ["train.max_steps=60", "train.eval_every=10"]
     plan = make_plan(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from alilama_testing import documented_sweep, run_cli
 
-from alilama_core.app.sweep import plan_from_args
+from alilama_core.runs.sweep_plan import plan_from_args
 from alilama_core.runs import sweeps
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,7 +54,7 @@ def test_the_record_is_the_sweep_the_pages_command_asks_for():
 def test_the_figure_is_the_sweeps_plot_of_its_record(tmp_path):
     from matplotlib.image import imread
 
-    from alilama_core.app.sweep import plot_sweep
+    from alilama_core.runs.sweep_plot import plot_sweep
 
     assert "](img/tasks-study.png)" in PAGE[PAGE.index(END) :]
     drawn = plot_sweep(recorded(), tmp_path / "results.png")
