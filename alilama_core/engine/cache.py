@@ -13,13 +13,8 @@ mask and positions, as ``generate`` and the batch prefill them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
-
 import torch
-from torch import Tensor
-
-if TYPE_CHECKING:
-    from alilama_core.engine.model import GPT
+from torch import Tensor, nn
 
 
 class KVCache:
@@ -145,7 +140,7 @@ class StaticCache:
         self.keys, self.values = keys, values  # (L, B, H, N, D) each
 
     @classmethod
-    def for_model(cls, model: GPT, batch: int, capacity: int, dtype: torch.dtype | None = None) -> "StaticCache":
+    def for_model(cls, model: nn.Module, batch: int, capacity: int, dtype: torch.dtype | None = None) -> "StaticCache":
         cfg = model.config
         weight = model.tok_emb.weight
         shape = (cfg.n_layers, batch, cfg.n_heads, capacity, cfg.d_model // cfg.n_heads)

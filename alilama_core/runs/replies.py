@@ -19,15 +19,20 @@ import time
 import traceback
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from alilama_core.base.errors import ConfigError
 from alilama_core.engine.generation import token_bytes
 from alilama_core.engine.requests import RequestError
-from alilama_core.engine.scheduler import Choice, Job
+from alilama_core.engine.scheduler import Choice, Job, Scheduler
 
-if TYPE_CHECKING:
-    from alilama_core.runs.serving import Server
+
+class Answering(Protocol):
+    """What a reply needs of the server it answers for (``runs.serving.Server``)."""
+
+    model_id: str
+    scheduler: Scheduler
+    tokenizer: Any
 
 
 class ApiError(Exception):
@@ -60,7 +65,7 @@ class Reply:
     away, is cancelled there) and the model's name.
     """
 
-    server: Server
+    server: Answering
     jobs: list[Job]
     events: list[asyncio.Queue]
     """Per job: where its events arrive."""
