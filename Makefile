@@ -28,9 +28,10 @@ LLAMA_SRC      := build/llama-cpp-src
 PYTEST_ARGS ?=
 # Test files spread over this many processes (pytest-xdist; each file stays in one process). 1: serial.
 TEST_WORKERS ?= 2
+PYTEST_XDIST := $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 QUICKSTART_ARGS ?=
 
-.PHONY: readers lmeval llama-cpp install quickstart test lint format bench docs docs-serve fuzz native-tests ci clean essay-config figures
+.PHONY: readers lmeval llama-cpp install quickstart test test-slow test-all coverage lint format bench docs docs-serve fuzz native-tests ci clean essay-config figures
 
 $(STAMP): pyproject.toml CMakeLists.txt $(wildcard native/*.cpp native/*.hpp native/*.py) $(EXAMPLE_PLUGIN)/pyproject.toml
 	@echo "[setup 1/4] creating $(VENV) (once; later runs reuse it)"
@@ -120,9 +121,31 @@ install: $(STAMP)
 quickstart: $(STAMP)
 	$(BIN)/alilama quickstart $(QUICKSTART_ARGS)
 
-test: $(TEST_STAMP) $(READERS_STAMP) $(GPT2_VOCAB_DIR)/.installed
-	@echo "running the test suite on $(TEST_WORKERS) process(es): about 15 minutes on two free CPU cores, longer on a busy machine"
-	$(BIN)/python -m pytest -q --benchmark-disable $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
+# The fast tier (README's test command): every test folder, no test that starts a process, a server, a
+# training run, another Python or Ray (tests/alilama_tiers.py sorts them), each held to ALILAMA_FAST_LIMIT seconds.
+test: $(TEST_STAMP) $(GPT2_VOCAB_DIR)/.installed
+	@echo "running the fast tier on $(TEST_WORKERS) process(es): about 3 minutes on two free CPU cores (make test-all: everything)"
+	$(BIN)/python -m pytest -q --benchmark-disable --tier fast $(PYTEST_XDIST) $(PYTEST_ARGS)
+
+# The slow tier alone: what `make test` leaves out (CI runs both, so every test runs once).
+test-slow: $(TEST_STAMP) $(READERS_STAMP) $(GPT2_VOCAB_DIR)/.installed
+	@echo "running the slow tier on $(TEST_WORKERS) process(es): about 15 minutes on two free CPU cores"
+	$(BIN)/python -m pytest -q --benchmark-disable -m slow $(PYTEST_XDIST) $(PYTEST_ARGS)
+
+# Both tiers in one run.
+test-all: $(TEST_STAMP) $(READERS_STAMP) $(GPT2_VOCAB_DIR)/.installed
+	@echo "running both tiers on $(TEST_WORKERS) process(es): about 18 minutes on two free CPU cores"
+	$(BIN)/python -m pytest -q --benchmark-disable $(PYTEST_XDIST) $(PYTEST_ARGS)
+
+# Lines covered by each tier, per layer (build/coverage-{fast,all}.txt); docs/contributing.md shows the table.
+# Every test runs once: the fast tier, then the slow tier added to its data (the full tier's coverage).
+coverage: $(TEST_STAMP) $(READERS_STAMP) $(GPT2_VOCAB_DIR)/.installed
+	rm -f .coverage .coverage.*
+	$(BIN)/python -m pytest -q --benchmark-disable --tier full -m "not slow" $(PYTEST_XDIST) --cov --cov-report= $(PYTEST_ARGS)
+	$(BIN)/python scripts/coverage_by_layer.py > build/coverage-fast.txt
+	$(BIN)/python -m pytest -q --benchmark-disable -m slow $(PYTEST_XDIST) --cov --cov-append --cov-report= $(PYTEST_ARGS)
+	$(BIN)/python scripts/coverage_by_layer.py > build/coverage-all.txt
+	cat build/coverage-fast.txt build/coverage-all.txt
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -157,7 +180,7 @@ fuzz: $(STAMP)
 native-tests:
 	bash scripts/native_tests.sh
 
-ci: lint test docs fuzz native-tests
+ci: lint test test-slow docs fuzz native-tests
 
 clean:
 	rm -rf build site .pytest_cache .benchmarks

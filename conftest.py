@@ -17,3 +17,6 @@ TEST_PLUGINS = Path(__file__).resolve().parent / "build" / "test-plugins"
 if TEST_PLUGINS.is_dir() and str(TEST_PLUGINS) not in sys.path:
     sys.path.append(str(TEST_PLUGINS))
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(TEST_PLUGINS)]))
+
+# The fast and the full tier, and the guard that keeps the fast one fast (tests/alilama_tiers.py).
+pytest_plugins = ["alilama_tiers"]

@@ -100,6 +100,7 @@ def _alilama(model, prompt):
     return lambda: generate(model, [prompt], settings, eot_id=None)[0]
 
 
+@pytest.mark.slow  # generates with every backend and transformers
 def test_generate_default_beside_backends_and_transformers(benchmark, models):
     """Tokens per second of every runner, round-robin; ``auto`` is the benchmarked one."""
     name, cfg, alilama_models, hf, prompt = models

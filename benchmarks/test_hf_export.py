@@ -67,6 +67,7 @@ def runners(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow  # exports and generates from each format
 @pytest.mark.parametrize("name", RUNNERS)
 def test_generate_from_the_export_formats(benchmark, runners, name):
     """Tokens per second for NEW_TOKENS greedy tokens after a 16-token prompt, batch 1, one run."""

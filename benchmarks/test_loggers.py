@@ -22,6 +22,7 @@ from alilama_trainers.trainer import DefaultTrainer
 from alilama_core.runs.data import TokenData
 
 
+@pytest.mark.slow  # trains with each logger
 @pytest.mark.parametrize("loggers", [[], ["tensorboard", "csv"]], ids=["none", "tensorboard+csv"])
 def test_training_with_loggers(benchmark, data_dir, tmp_path, loggers):  # noqa: F811
     cfg = essay_config(TokenData(data_dir).meta["vocab_size"])
@@ -39,6 +40,7 @@ def test_training_with_loggers(benchmark, data_dir, tmp_path, loggers):  # noqa:
         assert (tmp_path / "run" / "trackers" / "csv" / "metrics.csv").is_file()
 
 
+@pytest.mark.slow  # trains with each logger
 def test_logger_overhead_paired(benchmark, data_dir, tmp_path, capsys):  # noqa: F811
     """The ratio on a shared, noisy machine: each round trains once without loggers and once with
     tensorboard+csv, back to back, and the ratio is the median of the rounds' ratios (a slow spell

@@ -255,6 +255,7 @@ def _left_out(impl: str, name: str, threads: int, docs: list[str], tmp_path: Pat
     return _CACHE["verdict", impl, name, threads]
 
 
+@pytest.mark.slow  # encodes a corpus with each standard vocabulary
 @pytest.mark.parametrize("threads", THREADS)
 @pytest.mark.parametrize("impl", ["alilama", *PEERS])
 @pytest.mark.parametrize("vocab", ["cl100k_base", "gpt2", "o200k_base"])

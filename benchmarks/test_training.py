@@ -43,6 +43,7 @@ def essay_config(vocab: int, preset: str = "essay") -> cfgmod.Config:
     return cfg
 
 
+@pytest.mark.slow  # trains each recipe
 @pytest.mark.parametrize("preset", ["essay", "fast"])
 def test_pipeline(benchmark, data_dir, tmp_path, preset):
     """The pipeline with the essay recipe (AdamW, cosine) and with ``fast`` (Muon, WSD; goal: within 10%)."""

@@ -1212,21 +1212,37 @@ CASES += [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+IN_PROCESS = [c for c in CASES if c.env is None]
+IN_A_PROCESS = [c for c in CASES if c.env is not None]  # an environment of their own: a process of their own
+
+
+@pytest.mark.parametrize("case", IN_PROCESS, ids=[c.name for c in IN_PROCESS])
 def test_case(case: Case, ws: Path):
+    before = _prepared(case, ws)
+    result = cli(*case.args, cwd=ws)
+    unexpected = result.exception if not isinstance(result.exception, SystemExit) else None
+    _checked(case, ws, before, result.output, result.exit_code, unexpected)
+
+
+@pytest.mark.parametrize("case", IN_A_PROCESS, ids=[c.name for c in IN_A_PROCESS])
+def test_case_in_a_process(case: Case, ws: Path):
+    before = _prepared(case, ws)
+    proc = _alilama(*case.args, cwd=ws, env={**os.environ, **case.env})
+    stdout, stderr = proc.communicate(timeout=300)
+    _checked(case, ws, before, stdout + stderr, proc.returncode, None)
+
+
+def _prepared(case: Case, ws: Path) -> dict[str, bytes | None]:
+    """Set the case's workspace up; the bytes of each file it must keep, as they were before the command."""
     if any(a.startswith("/proc/") for a in case.args) and not Path("/proc/self").exists():
         pytest.skip("needs Linux's /proc as a place nobody may write")
     if case.setup:
         case.setup(ws)
-    before = {p: (ws / p).read_bytes() if (ws / p).is_file() else None for p in case.keep}
-    if case.env is not None:
-        proc = _alilama(*case.args, cwd=ws, env={**os.environ, **case.env})
-        stdout, stderr = proc.communicate(timeout=300)
-        out, exit_code, unexpected = stdout + stderr, proc.returncode, None
-    else:
-        result = cli(*case.args, cwd=ws)
-        out, exit_code = result.output, result.exit_code
-        unexpected = result.exception if not isinstance(result.exception, SystemExit) else None
+    return {p: (ws / p).read_bytes() if (ws / p).is_file() else None for p in case.keep}
+
+
+def _checked(case: Case, ws: Path, before: dict, out: str, exit_code: int, unexpected: BaseException | None) -> None:
+    """The case's exit code and phrase, one clear error line, its files kept unchanged, no temporary file left."""
     assert "Traceback" not in out, out
     flat = " ".join(out.split())  # the console wraps long lines
     assert unexpected is None, f"{type(unexpected).__name__}: {unexpected}\n{out}"

@@ -22,6 +22,7 @@ def _qkv(h: int, t: int, s: int, d: int = 8, seed: int = 0):
     return q, k, v
 
 
+@pytest.mark.fast  # flex too: the fast tier's check of it (small shapes, compiled in seconds)
 @pytest.mark.parametrize("heads", [1, 3, 8, 12])
 @pytest.mark.parametrize("t,offset", [(1, 0), (1, 50), (7, 0), (7, 20), (64, 65)])
 @pytest.mark.parametrize("backend", BACKENDS)

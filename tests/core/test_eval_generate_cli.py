@@ -151,6 +151,7 @@ def test_eval_names_the_run_and_prints_progress_lines(ws):
         assert result.stdout.lstrip().startswith("[")  # --json stays clean on stdout
 
 
+@pytest.mark.slow  # compiles the decode step (--decode compiled)
 def test_decode_compiled_is_built_once_kept_in_the_run_and_gives_the_eager_text(ws, tmp_path):
     """`--decode compiled` builds the run's compiled step (RUN/compiled/); `auto` then finds it, and greedy text
     is the eager path's. A wrong choice is refused by name."""

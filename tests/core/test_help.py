@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -172,6 +173,7 @@ def _config_problem(params: dict) -> str | None:
     return None
 
 
+@pytest.mark.slow  # parses every command's every example
 def test_every_command_shows_examples_that_parse():
     root = typer.main.get_command(get_app())
     problems = []
@@ -186,6 +188,7 @@ def test_every_command_shows_examples_that_parse():
     assert problems == []
 
 
+@pytest.mark.slow  # renders every command's help
 def test_examples_print_whole_in_an_80_column_terminal():
     """Each example on a line of its own, copyable: none wraps at 80 columns."""
     for path, _ in _walk(typer.main.get_command(get_app())):

@@ -16,9 +16,8 @@ openai = pytest.importorskip("openai")
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("uvicorn")
 
-from served import KEY, Served, story_run  # noqa: E402
+from served import CHAT_REFUSED, KEY, PROMPT, REFUSED, Served, story_run  # noqa: E402
 
-PROMPT = "Once upon a time, there was"
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -145,53 +144,6 @@ def test_penalties_reach_generate_and_chat_on_the_command_line(run, loaded):
 
 
 # -- refused, and neutral values accepted ----------------------------------------------------------
-
-REFUSED = [
-    ({"best_of": 2}, "best_of"),
-    ({"suffix": "The end."}, "suffix"),
-    ({"n": 99}, "n"),
-    ({"stream_options": {"include_usage": True}}, "stream_options"),  # without stream
-    ({"logit_bias": {"99999": -100}}, "logit_bias"),  # not an id of this model
-    ({"prompt": [[5, 99999]]}, "prompt"),
-    ({"temperature": 1e-300}, "temperature"),
-    ({"unknown_field": 1}, "unknown_field"),
-]
-CHAT_REFUSED = [
-    ({"response_format": {"type": "json_object"}}, "response_format"),
-    (
-        {"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}], "tool_choice": "required"},
-        "tools",
-    ),
-    ({"tool_choice": "required"}, "tool_choice"),
-    ({"tool_choice": {"type": "function", "function": {"name": "f"}}}, "tool_choice"),
-    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:,"}}]}]}, "image_url"),
-    ({"messages": [{"role": "tool", "content": "42", "tool_call_id": "1"}]}, "tool"),
-    ({"modalities": ["text", "audio"]}, "modalities"),
-    ({"store": True}, "store"),
-    ({"reasoning_effort": "high"}, "reasoning_effort"),
-    ({"functions": [{"name": "f", "parameters": {}}]}, "functions"),
-    ({"function_call": {"name": "f"}}, "function_call"),
-    ({"audio": {"voice": "alloy", "format": "wav"}}, "audio"),
-    ({"prediction": {"type": "content", "content": "Hello"}}, "prediction"),
-    ({"verbosity": "low"}, "verbosity"),
-    ({"web_search_options": {}}, "web_search_options"),
-    ({"service_tier": "flex"}, "service_tier"),
-]
-
-
-@pytest.mark.parametrize("extra,name", REFUSED)
-def test_completion_fields_that_would_change_the_answer_are_refused_by_name(server, extra, name):
-    r = post(server, {"prompt": PROMPT, "max_tokens": 2, **extra})
-    assert r.status_code == 400, r.text
-    assert name in r.json()["error"]["message"]
-
-
-@pytest.mark.parametrize("extra,name", CHAT_REFUSED)
-def test_chat_fields_that_would_change_the_answer_are_refused_by_name(server, extra, name):
-    body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, **extra}
-    r = post(server, body, "/v1/chat/completions")
-    assert r.status_code == 400, r.text
-    assert name in r.json()["error"]["message"]
 
 
 def test_the_neutral_values_clients_send_by_default_are_accepted(server):

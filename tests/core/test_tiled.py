@@ -22,7 +22,7 @@ def _qkv(heads: int, t: int, s: int, seed: int):
 
 
 @pytest.mark.parametrize("heads", [3, 8, 12])
-@pytest.mark.parametrize("T", [1, 63, 64, 65, 1000, 2048])
+@pytest.mark.parametrize("T", [1, 63, 64, 65, 1000, pytest.param(2048, marks=pytest.mark.slow)])  # 2048: seconds a case
 @pytest.mark.parametrize("offset", [0, 100])
 def test_tiled_matches_eager_values_and_gradients(T, heads, offset, monkeypatch):
     monkeypatch.setattr(tiled, "QUERY_BLOCK", 64)  # several blocks even at T=65

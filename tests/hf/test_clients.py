@@ -37,6 +37,7 @@ def _lora_fine_tune(model, tok, tmp_path, target_modules=None):
 NATIVE = {"native-mpt": "alibi-nobias", "native-gpt2": "learned", "native-gpt-neox": "rope"}
 
 
+@pytest.mark.slow  # fine-tunes with peft
 @pytest.mark.parametrize("which", [*NATIVE, "remote-code"])
 def test_peft_lora_fine_tune_and_merge(which, exports, native_exports, tmp_path):
     pytest.importorskip("peft")

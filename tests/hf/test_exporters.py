@@ -81,6 +81,7 @@ def test_an_option_the_format_does_not_take_is_refused_by_name(runs, tmp_path):
 # -- the kit ----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # the exporter kit on every exporter
 def test_the_built_in_exporters_pass_the_kit():
     names = ["declaration", "unknown option refused", "problem() answers", "export reads back"]
     pushes = [*names, "push refuses a bad destination"]  # hf uploads to the Hub

@@ -38,6 +38,7 @@ def offline_wandb(monkeypatch):
     monkeypatch.delenv("WANDB_SERVICE", raising=False)
 
 
+@pytest.mark.slow  # the logger kit, importing each tracker's library
 @pytest.mark.parametrize("name", BUILTINS)
 def test_builtin_passes_the_kit(name):
     """Each built-in passes the kit, with its own files read back after an interrupted, resumed run."""

@@ -204,6 +204,7 @@ def test_an_unreachable_mlflow_server_is_given_up_within_seconds(tmp_path, refus
     assert {k: os.environ.get(k) for k in before} == before  # MLflow's own settings are left as they were
 
 
+@pytest.mark.slow  # trains four runs
 def test_a_study_logs_every_run_into_one_tracker(data_dir, tmp_path):
     """What `alilama sweep --logger` uses: one TensorBoard folder with a run per training, and one MLflow
     experiment holding every run."""

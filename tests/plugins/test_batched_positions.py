@@ -42,6 +42,7 @@ def batch_checks(checks) -> list[str]:
     return [c.name for c in checks if c.name == "positions per row" or c.name.startswith("padded batch == alone")]
 
 
+@pytest.mark.slow  # the whole kit, on every scheme
 @pytest.mark.parametrize("scheme", sorted(WHY))
 def test_the_kit_fails_a_scheme_that_is_wrong_in_a_batch_and_passes_the_rest(scheme):
     checks = positional_checks(scheme)

@@ -50,6 +50,7 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+@pytest.mark.slow  # trains until the task is learnt
 def test_tiny_model_learns_copy_exactly(tmp_path, one_thread):
     # 400 steps: 300 were enough on one CPU and left 1 of 32 answers wrong on another (rounding differs by CPU)
     cfg = cfgmod.apply_overrides(cfgmod.preset("tiny"), [*TINY, "train.max_steps=400", "model.positional=alibi"])
@@ -63,6 +64,7 @@ def test_tiny_model_learns_copy_exactly(tmp_path, one_thread):
     assert run.tokenizer.decode([3, 4, 2, 3, 4, 1]) == "01=01<eos>"  # tools label tokens by symbol
 
 
+@pytest.mark.slow  # trains, evaluates and plots through the CLI
 def test_cli_train_eval_plot(tmp_path):
     run = tmp_path / "run"
     app = get_app()

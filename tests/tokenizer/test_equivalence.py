@@ -110,6 +110,7 @@ def test_long_chunks_use_the_same_merges(bpe):
     assert tok.encode(text) == ref.encode_ordinary(text)
 
 
+@pytest.mark.slow  # files larger than a block, in both backends
 def test_files_larger_than_a_block_stream_correctly(bpe, stories, tmp_path):
     # 17 MB > the 16 MiB read block: cuts between blocks must not change anything.
     text = stories * (17_000_000 // len(stories) + 1)

@@ -55,6 +55,7 @@ def _write_like_minbpe(path, pattern, specials, merges):
             f.write(f"{a} {b}\n")
 
 
+@pytest.mark.slow  # trains minbpe's tokenizer on real text
 def test_loading_a_minbpe_file_gives_minbpe_encodings(bpe, minbpe, stories, tmp_path):
     text = stories[:40_000]
     merges = minbpe.merges(text, 256 + 80)

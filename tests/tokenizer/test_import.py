@@ -199,6 +199,7 @@ def test_gpt2_encoder_json_as_tiktoken_caches_it(cl100k, cl100k_file, texts, tmp
         importers.import_tokenizer("gpt2")
 
 
+@pytest.mark.slow  # a vocabulary of 200k merges
 def test_o200k_ids_equal_tiktoken(texts, impl):
     path = _first("o200k_base")
     if path is None:
@@ -571,6 +572,7 @@ def test_added_tokens_refused_by_name():
     ]  # HF tokenizers numbers them after the vocabulary, whatever ids the file records
 
 
+@pytest.mark.slow  # a vocabulary of 128k merges
 def test_llama3_style_tokenizer_json_with_repeated_merges(cl100k_file, texts):
     """transformers' tiktoken conversion (as Llama-3's and Qwen2's files are made): many merges per token."""
     tokenizers = pytest.importorskip("tokenizers")

@@ -28,6 +28,7 @@ def test_native_unicode_tables_are_the_regex_modules():
     assert _backend.native.unicode_version == "18.0.0"
 
 
+@pytest.mark.slow  # all 1.1 million code points, in both backends
 @native
 def test_every_code_point_splits_alike_in_both_backends():
     # A code point alone is one chunk under any classes (every character matches

@@ -57,6 +57,7 @@ def test_merges_equal_minbpe_on_tricky_text(bpe, minbpe, text):
     assert tok.encode(text, allowed_special="none") == minbpe.encode(text, expected)
 
 
+@pytest.mark.slow  # trains on real text in both trainers
 def test_merges_equal_minbpe_on_real_text(bpe, minbpe, stories, book):
     text = stories[:60_000] + book[:40_000]
     expected = minbpe.merges(text, 256 + 120)

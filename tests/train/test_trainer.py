@@ -128,6 +128,7 @@ FAST_MODEL = {"qk_norm": True, "activation": "relu2", "tie_embeddings": False}
 """The model settings the ``fast`` preset may use, trained with the Muon recipe in these tests."""
 
 
+@pytest.mark.slow  # trains each recipe twice
 @pytest.mark.parametrize("recipe", list(RECIPES))
 def test_resume_gives_exactly_the_uninterrupted_losses(data_dir, tmp_path, recipe):
     cfg = tiny(

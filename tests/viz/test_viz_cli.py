@@ -151,6 +151,7 @@ def test_positional_terms_follow_each_scheme():
     assert kind == "embedding" and terms[0, 0] == pytest.approx(1.0, abs=1e-5)  # cosine with itself
 
 
+@pytest.mark.slow  # trains and evaluates a run, then draws it
 def test_plot_draws_eval_results(run_factory, tmp_path):
     text = tmp_path / "text.txt"
     text.write_text(PROMPT * 40, encoding="utf-8")
