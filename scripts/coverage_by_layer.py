@@ -44,7 +44,7 @@ def main(argv: list[str]) -> None:
     rows = table(argv[0] if argv else ".coverage")
     all_statements = sum(r[1] for r in rows)
     all_covered = sum(r[2] for r in rows)
-    print(f"| layer | statements | covered | share |\n|---|---:|---:|---:|")
+    print("| layer | statements | covered | share |\n|---|---:|---:|---:|")
     for name, statements, covered in rows:
         print(f"| `{name}` | {statements:,} | {covered:,} | {covered / max(statements, 1):.1%} |")
     print(f"| all | {all_statements:,} | {all_covered:,} | {all_covered / max(all_statements, 1):.1%} |")

@@ -16,7 +16,7 @@ defined under tests/ and benchmarks/). Each cause is a marker of its own, added 
 so with ``@pytest.mark.fast``; one that is slow for a reason its names do not show says ``@pytest.mark.slow``.
 
 The guard keeps the fast tier honest: a fast-tier test whose call takes more than ``ALILAMA_FAST_LIMIT``
-seconds (default 5), or whose setup takes more than ``SETUP_FACTOR`` times that (a module's shared fixture is
+seconds (default 8), or whose setup takes more than ``SETUP_FACTOR`` times that (a module's shared fixture is
 paid once, by its first test), fails with its name and time under ``--tier fast``; in a full run, where the
 slow tier shares the cores, it is reported and counted at the end instead. Fast-tier tests that started a
 process are counted too.
@@ -58,7 +58,7 @@ CAUSES: dict[str, str] = {
 PARAMETERS: dict[str, str] = {"flex": "compile"}
 """A parameter value (a parametrized test's id part) and the cause it makes the test slow for."""
 KINDS = sorted(set(CAUSES.values()))
-DEFAULT_LIMIT = 5.0
+DEFAULT_LIMIT = 8.0
 SETUP_FACTOR = 4
 
 
@@ -79,6 +79,18 @@ def pytest_configure(config: pytest.Config) -> None:
     config._tier_over = []  # (nodeid, seconds) of fast-tier tests over the limit, in a full run
     config._tier_processes = set()  # fast-tier tests that started a process
     _watch_processes()
+    _share_the_cores()
+
+
+def _share_the_cores() -> None:
+    """An xdist worker computes on its share of the cores. Two workers with torch's default of one intra-op
+    thread per core each would spin against each other on two cores: a test of small matmuls then runs 10-20x
+    slower than alone (0.3 s alone, 3.5-6.9 s beside another worker)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    if os.environ.get("PYTEST_XDIST_WORKER") and workers > 1:
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
 def _limit() -> float:

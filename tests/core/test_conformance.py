@@ -14,15 +14,23 @@ from alilama_core.kit.tokenizer import check_tokenizer
 BACKENDS = ["eager", "sdpa", "tiled", "flex", "auto"]
 
 
+# "flex": every registered backend, as a third party's kit run sees them (flex compiles per shape: slow tier);
+# "no-flex": the same checks on the backends that run without a compile (fast tier).
+ON = {"flex": None, "no-flex": [b for b in BACKENDS if b not in ("flex", "auto")]}
+
+
+@pytest.mark.parametrize("on", ON)
 @pytest.mark.parametrize("scheme", ["alibi", "rope", "learned", "nope"])
-def test_builtin_schemes_conform(scheme):
-    done = check_positional_scheme(scheme)
+def test_builtin_schemes_conform(scheme, on):
+    done = check_positional_scheme(scheme, backends=ON[on])
     assert "cached == uncached" in done and "save and load" in done
     assert any(d.endswith("== eager") for d in done)
+    assert ("padded batch == alone (flex)" in done) == (on == "flex")
 
 
-def test_rope_theta_is_an_option():
-    assert "unknown option refused" in check_positional_scheme("rope", options={"theta": 500.0})
+@pytest.mark.parametrize("on", ON)
+def test_rope_theta_is_an_option(on):
+    assert "unknown option refused" in check_positional_scheme("rope", options={"theta": 500.0}, backends=ON[on])
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

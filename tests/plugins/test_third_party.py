@@ -77,8 +77,11 @@ def prepared(corpus, tmp_path_factory) -> tuple[Path, Path]:
     return tok, data
 
 
-def test_kerple_log_conforms():
-    done = check_positional_scheme("kerple-log", options={"r1": 0.5, "r2": 2.0})
+# "flex": every registered backend (flex compiles per shape: slow tier); "no-flex": the backends without a compile.
+@pytest.mark.parametrize("on", ["flex", "no-flex"])
+def test_kerple_log_conforms(on):
+    backends = None if on == "flex" else ["eager", "sdpa", "tiled", "chunked"]
+    done = check_positional_scheme("kerple-log", options={"r1": 0.5, "r2": 2.0}, backends=backends)
     assert "gradients reach parameters; bias follows them" in done and "chunked == eager" in done
 
 

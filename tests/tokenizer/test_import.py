@@ -609,6 +609,7 @@ def test_saved_folder_keeps_the_ids_and_exports_to_tiktoken(cl100k, cl100k_tikto
     assert arr.dtype.name == "uint32" and arr.tolist() == cl100k_tiktoken.encode(text, allowed_special="all")
 
 
+@pytest.mark.slow  # writes and reads back a tokenizer.json of 100k merges, then encodes 100k characters a text
 def test_cl100k_export_to_tokenizer_json_behaves_alike(cl100k, cl100k_tiktoken, texts, tmp_path):
     """HF tokenizers reads the export with tiktoken's ids (its regex engine needs cl100k's ``{1,3}`` spelt
     without ``+``); importing the export back gives the same tokenizer."""
