@@ -20,3 +20,7 @@ if TEST_PLUGINS.is_dir() and str(TEST_PLUGINS) not in sys.path:
 
 # The fast and the full tier, and the guard that keeps the fast one fast (tests/alilama_tiers.py).
 pytest_plugins = ["alilama_tiers"]
+
+# `alilama train` and `quickstart` end by building the run's compiled decode step (30-160 s); the suite's runs,
+# in this process and in the commands it starts, skip it unless a test asks for it (--build-decode).
+os.environ.setdefault("ALILAMA_BUILD_DECODE", "0")

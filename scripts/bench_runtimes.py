@@ -18,7 +18,9 @@ llama.cpp and onnxruntime run in the reader environment (``make llama-cpp``:
 transformers 4.57, optimum-onnx, onnxruntime, llama-cpp-python; no Alilama)::
 
     .venv/bin/python scripts/bench_runtimes.py [--new-tokens 256] [--threads 1] [--busy 1] \
-        [--only llama.cpp,alilama] [--out docs/figures/runtimes.json] [--docs docs/benchmarks.md]
+        [--only llama.cpp,alilama] [--run runs/quickstart/run] [--out docs/figures/runtimes.json] [--docs docs/benchmarks.md]
+
+``--run`` measures a run folder as it is (the quickstart's, as ``alilama quickstart`` left it) instead.
 
 It prints a Markdown table (with the machine and its load average before and
 after), writes the figures as JSON and, with ``--docs``, the table into that
@@ -99,11 +101,9 @@ RUNNERS = {
         from alilama_core.engine.decode import decode_plan
         from alilama_core.engine.generation import SamplingSettings, generate as alilama_generate
         from alilama_core.runs.checkpoint import load_run
-        from alilama_core.runs.compiled import attach
         torch.set_num_threads(threads)
         STARTED = time.perf_counter()
-        run = load_run(path)
-        attach(run)  # its packages are in RUN/compiled
+        run = load_run(path)  # finds the run's compiled step in RUN/compiled, if it has one
         plan = decode_plan(run.model, "auto")  # loads the cached package
         EXTRA["path"] = plan.path if plan.reason is None else f"{plan.path} ({plan.reason})"
         settings = SamplingSettings(max_new_tokens=n, temperature=0)
@@ -142,26 +142,12 @@ RUNNERS = {
 }
 
 
-def build(root: Path, needed: set[str]) -> dict[str, Path]:
-    """The run and the exports ``needed``: ``{"alilama": run, "gguf": file, "onnx": folder, "hf": folder}``."""
-    import torch
-    from alilama_bpe.tokenizer import BPETokenizer
-
-    from alilama_core import build_model, preset
-    from alilama_core.contracts.config import Config
-    from alilama_core.engine.configs import save
-    from alilama_core.runs.checkpoint import save_weights
-    from alilama_exporters.hf_folder import export
+def exports(run: Path, root: Path, needed: set[str]) -> dict[str, Path]:
+    """The exports of ``run`` that are ``needed``: ``{"alilama": run, "gguf": file, "onnx": folder, "hf": folder}``."""
     from alilama_exporters.gguf_file import export_gguf
+    from alilama_exporters.hf_folder import export
     from alilama_exporters.onnx_export import export_onnx
 
-    torch.manual_seed(0)
-    cfg = preset("essay-nobias").model
-    run = root / "run"
-    save_weights(build_model(cfg).eval(), run / "final")
-    save(Config(model=cfg), run / "config.yaml")
-    text = "Once upon a time there was a little dog who liked to run in the park with his friends. " * 4
-    BPETokenizer.train([text], vocab_size=300, special_tokens=["<|endoftext|>"]).save(run / "tokenizer")
     paths = {"alilama": run}
     if "gguf" in needed:
         export_gguf(run, root / "model.gguf")
@@ -172,6 +158,26 @@ def build(root: Path, needed: set[str]) -> dict[str, Path]:
     if "hf" in needed:
         paths["hf"] = export(run, root / "hf")
     return paths
+
+
+def build(root: Path, needed: set[str]) -> dict[str, Path]:
+    """A run of the essay model without biases (random weights, seed 0) and its exports ``needed``."""
+    import torch
+    from alilama_bpe.tokenizer import BPETokenizer
+
+    from alilama_core import build_model, preset
+    from alilama_core.contracts.config import Config
+    from alilama_core.engine.configs import save
+    from alilama_core.runs.checkpoint import save_weights
+
+    torch.manual_seed(0)
+    cfg = preset("essay-nobias").model
+    run = root / "run"
+    save_weights(build_model(cfg).eval(), run / "final")
+    save(Config(model=cfg), run / "config.yaml")
+    text = "Once upon a time there was a little dog who liked to run in the park with his friends. " * 4
+    BPETokenizer.train([text], vocab_size=300, special_tokens=["<|endoftext|>"]).save(run / "tokenizer")
+    return exports(run, root, needed)
 
 
 def compile_step(run: Path, threads: int) -> dict:
@@ -244,6 +250,13 @@ def main() -> None:
     parser.add_argument(
         "--only", default="", help="comma-separated runtimes (llama.cpp, alilama, onnxruntime, transformers)"
     )
+    parser.add_argument(
+        "--run",
+        type=Path,
+        default=None,
+        help="a run folder to measure as it is (e.g. the quickstart's, runs/quickstart/run): its compiled step is "
+        "used only if it has one, never built here (default: a fresh essay-nobias model, its step built first)",
+    )
     parser.add_argument("--no-agreement", action="store_true", help="skip the GGUF f32/f16/q8_0 agreement table")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "figures" / "runtimes.json")
     parser.add_argument("--docs", type=Path, default=None, help="write the table into this page (docs/benchmarks.md)")
@@ -263,8 +276,12 @@ def main() -> None:
     started = datetime.datetime.now(datetime.timezone.utc)
     busy = []
     with tempfile.TemporaryDirectory(prefix="alilama-runtimes-") as tmp:
-        paths = build(Path(tmp), {WHERE[name.split(" ")[0]] for name in runners})
-        compiled = compile_step(paths["alilama"], args.threads) if DEFAULT in runners else None
+        needed = {WHERE[name.split(" ")[0]] for name in runners}
+        if args.run is not None:  # as the user has it: nothing is built for Alilama here
+            paths, compiled = exports(args.run.resolve(), Path(tmp), needed), None
+        else:
+            paths = build(Path(tmp), needed)
+            compiled = compile_step(paths["alilama"], args.threads) if DEFAULT in runners else None
         busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
         try:
             for _ in range(args.rounds):  # round-robin, one process per runtime per round: a busy spell slows all alike
@@ -299,7 +316,8 @@ def main() -> None:
     lines = [
         f"{when}: {info['cpu']}, {info['cores']} cores, torch {info['torch']}; {args.threads} thread(s) per runtime, "
         f"{args.busy} busy-looping process(es) beside; load average {load_before[0]:.2f} before, "
-        f"{load_after[0]:.2f} after; {args.rounds} rounds x {args.runs} timed runs, medians.",
+        f"{load_after[0]:.2f} after; {args.rounds} rounds x {args.runs} timed runs, medians; the model: "
+        f"{'the run ' + str(args.run) + ', as it is' if args.run else 'essay-nobias, random weights'}.",
         "",
         f"| runtime ({args.new_tokens} greedy tokens, batch 1, {args.threads} thread(s)) | tokens/s | × llama.cpp "
         "| same ids as Alilama | load s |",

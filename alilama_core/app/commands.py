@@ -24,9 +24,11 @@ from alilama_core.app.common import (
     warn_replacements,
 )
 from alilama_core.app.run_options import (
+    BuildDecodeOpt,
     DeviceOpt,
     NoVerifyOpt,
     ThreadsOpt,
+    build_decode_step,
     choose_device,
     describe_loaded,
     set_threads,
@@ -158,6 +160,7 @@ def train_cmd(
         Optional[int],
         typer.Option("--threads", help="CPU threads per process (train.threads; default: one per physical core)."),
     ] = None,
+    build_decode: BuildDecodeOpt = True,
 ) -> None:
     """Train a model (one process, or DDP under torchrun) into a run folder."""
     import os
@@ -180,6 +183,8 @@ def train_cmd(
         raise typer.Exit(130)
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun: rank 0 reports
         report_finished(run, cfg, result)
+        if build_decode and stop_at is None:  # a finished run: generate, chat and serve decode on its step
+            build_decode_step(run)
 
 
 @examples(
@@ -326,12 +331,14 @@ def quickstart_cmd(
             help="CPU threads for encoding and training (default: the physical cores other work leaves free).",
         ),
     ] = None,
+    build_decode: BuildDecodeOpt = True,
 ) -> None:
     """Train a tokenizer and a small ALiBi model, offline, then generate text."""
     from alilama_core.app.quickstart import run_quickstart
 
     run_quickstart(
         out,
+        build_decode=build_decode,
         data=data,
         steps=steps,
         minutes=minutes,

@@ -51,9 +51,22 @@ def training_seconds(minutes: float) -> float:
 
 
 def run_quickstart(
-    out, data=None, steps=None, minutes=3.5, stories=20000, overwrite=True, echo=print, threads=None
+    out,
+    data=None,
+    steps=None,
+    minutes=3.5,
+    stories=20000,
+    overwrite=True,
+    echo=print,
+    threads=None,
+    build_decode=True,
 ) -> dict:
-    """The whole pipeline into ``out``; ``threads``: CPU threads for encoding and training (``train.threads``)."""
+    """The whole pipeline into ``out``; ``threads``: CPU threads for encoding and training (``train.threads``).
+
+    ``build_decode``: after training, build the run's compiled decode step, which the samples and every later
+    ``generate``, ``chat``, ``serve`` or ``load_run`` decode on. Its seconds are outside ``minutes`` (the
+    budget of the stages before it) and printed as a stage of their own.
+    """
     from alilama_core.app.plot import plot_runs
     from alilama_core.app.prepare import iter_documents, prepare
     from alilama_core.contracts.tokenizer import END_OF_TEXT
@@ -78,24 +91,24 @@ def run_quickstart(
 
         corpus = out / "corpus" / "stories.txt"
         size = write_corpus(corpus, stories, seed=0)
-        echo(f"[1/5] wrote {stories:,} built-in stories ({size / 1e6:.1f} MB) to {corpus}")
+        echo(f"[1/6] wrote {stories:,} built-in stories ({size / 1e6:.1f} MB) to {corpus}")
     else:
         corpus = Path(data)
         if not corpus.is_file():
             raise AlilamaError(f"--data {data!r} does not exist")
-        echo(f"[1/5] corpus: {corpus}")
+        echo(f"[1/6] corpus: {corpus}")
 
     t = time.perf_counter()
     tokenizer = get_tokenizer("bpe").train(iter_documents([str(corpus)]), VOCAB, special_tokens=[END_OF_TEXT])
     save_tokenizer(tokenizer, out / "tokenizer")  # records its kind beside it
     echo(
-        f"[2/5] trained a {tokenizer.vocab_size}-id BPE tokenizer in {time.perf_counter() - t:.1f} s -> {out / 'tokenizer'}"
+        f"[2/6] trained a {tokenizer.vocab_size}-id BPE tokenizer in {time.perf_counter() - t:.1f} s -> {out / 'tokenizer'}"
     )
 
     meta = prepare([str(corpus)], out / "tokenizer", out / "data", val_fraction=0.05, overwrite=True, threads=threads)
     train_split = meta["splits"]["train"]
     echo(
-        f"[3/5] encoded {train_split['tokens']:,} train tokens "
+        f"[3/6] encoded {train_split['tokens']:,} train tokens "
         f"({train_split['tokens'] / max(1, train_split['bytes']):.3f} tokens per byte) -> {out / 'data'}"
     )
 
@@ -104,20 +117,26 @@ def run_quickstart(
     if steps is None:
         budget = training_seconds(minutes)
         echo(
-            f"[4/5] training for {budget / 60:.1f} min (train.max_time={budget:.0f} s): as many steps as fit, "
+            f"[4/6] training for {budget / 60:.1f} min (train.max_time={budget:.0f} s): as many steps as fit, "
             f"an evaluation with samples at each quarter of the budget"
         )
         cfg.train.max_steps, cfg.train.max_time, cfg.train.eval_every = None, budget, None
     else:
-        echo(f"[4/5] training {steps} steps")
+        echo(f"[4/6] training {steps} steps")
         cfg.train.max_steps = steps
         cfg.train.eval_every = max(10, steps // 4)
     trainer = get_trainer("default")(cfg, echo=echo)
     result = trainer.fit(str(out / "data"), str(run), overwrite=True)
     curve = plot_runs([run], run / "loss.png")
+    if build_decode:
+        from alilama_core.app.run_options import build_decode_step
+
+        build_decode_step(run, echo=lambda line: echo(f"[5/6] {line}"))
+    else:
+        echo("[5/6] decode: no compiled step built (--no-build-decode): the samples decode eagerly")
 
     loaded = load_run(run)
-    echo("[5/5] samples:")
+    echo("[6/6] samples:")
     for i, prompt in enumerate(SAMPLE_PROMPTS):
         settings = SamplingSettings(max_new_tokens=60, temperature=0.7, top_k=40, seed=i)  # a seed each
         text = prompt + "".join(stream_text(loaded.model, loaded.tokenizer, prompt, settings))

@@ -65,6 +65,34 @@ def check_decode(decode: str) -> str:
     return decode
 
 
+BUILD_DECODE_ENV = "ALILAMA_BUILD_DECODE"
+BuildDecodeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--build-decode/--no-build-decode",
+        envvar=BUILD_DECODE_ENV,
+        help="End by building the run's compiled decode step (RUN/compiled/), which generate, chat, serve and "
+        "load_run then decode on; it takes 30-160 s once, after training.",
+    ),
+]
+
+
+def build_decode_step(run, echo=plain_line) -> float | None:
+    """The last stage of ``alilama train`` and ``quickstart``: build the finished run's compiled decode step
+    (any batch size), so every entry point decodes on it from its first token. Says how long it took, or why
+    there is none (then they decode eagerly); returns the seconds, or ``None``."""
+    from alilama_core.runs.checkpoint import load_run
+    from alilama_core.runs.compiled import prepare
+
+    echo(f"decode: building the run's compiled decode step (once; --no-build-decode or {BUILD_DECODE_ENV}=0 skip it)")
+    seconds, reason = prepare(load_run(run, verify=False))
+    if reason is None:
+        echo(f"decode: compiled step ready in {seconds:.1f} s, kept in {run}/compiled/")
+        return seconds
+    echo(f"decode: no compiled step, generate decodes eagerly ({reason})")
+    return None
+
+
 def setup_decode(loaded, decode: str) -> None:
     """Keep ``loaded``'s compiled decode steps in its run folder, build one for ``--decode compiled``, and say
     on stderr which path decodes (and why not the compiled one)."""
@@ -82,7 +110,10 @@ def setup_decode(loaded, decode: str) -> None:
     if plan.path == "compiled":
         plain_line("decode: compiled (a static-cache step; --decode eager to compare)")
     elif decode == "auto" and plan.reason and plan.reason.startswith(NOT_BUILT):
-        plain_line("decode: eager; `--decode compiled` builds this run's compiled step once (faster from then on)")
+        plain_line(
+            "decode: eager; `--decode compiled` builds this run's compiled step once (faster from then on; "
+            "`alilama train` builds it at the end unless --no-build-decode)"
+        )
     else:
         plain_line(f"decode: eager ({plan.reason})")
 

@@ -389,7 +389,11 @@ def load_run(
     model = build_model(config.model)
     load_weights(model, candidates[0], recorded_weights_hash(candidates[0], record) if verify else None)
     model.to(map_location).eval()
-    return Run(path, config, model, tokenizer, candidates[0])
+    loaded = Run(path, config, model, tokenizer, candidates[0])
+    from alilama_core.runs.compiled import attach
+
+    attach(loaded)  # decode="auto" (the default) finds the step `alilama train` built into RUN/compiled/
+    return loaded
 
 
 def resume_config(run: str | os.PathLike[str], overrides: list[str] | None = None) -> tuple[Any, str | None]:

@@ -151,29 +151,43 @@ def test_eval_names_the_run_and_prints_progress_lines(ws):
         assert result.stdout.lstrip().startswith("[")  # --json stays clean on stdout
 
 
-@pytest.mark.slow  # compiles the decode step (--decode compiled)
-def test_decode_compiled_is_built_once_kept_in_the_run_and_gives_the_eager_text(ws, tmp_path):
-    """`--decode compiled` builds the run's compiled step (RUN/compiled/); `auto` then finds it, and greedy text
-    is the eager path's. A wrong choice is refused by name."""
-    import shutil
+@pytest.mark.slow  # compiles the decode step (alilama train --build-decode)
+def test_train_builds_the_decode_step_that_generate_and_load_run_then_decode_on(ws, tmp_path):
+    """`alilama train` ends by building the run's compiled step (RUN/compiled/); `generate` (auto) and the
+    Python API (`load_run` -> `generate_text`) then decode on it, with the eager path's greedy text; a run
+    trained without it says how to build it. A wrong choice is refused by name."""
+    from alilama_core.engine.decode import decode_plan
+    from alilama_core.engine.generation import SamplingSettings, generate_text
+    from alilama_core.runs.checkpoint import load_run
+    from alilama_core.runs.compiled import FOLDER
 
-    run = tmp_path / "run"
-    shutil.copytree(ws / "run", run)
-
-    def greedy(*args: str):
+    def greedy(run: Path, *args: str):
         result = cli("generate", str(run), "--prompt", "Once", "-n", "12", "-t", "0", "--device", "cpu", *args)
         passed(result)
         return result
 
-    eager = greedy("--decode", "eager")
+    eager = greedy(ws / "run", "--decode", "eager")
     assert "decode: eager (decode='eager')" in eager.stderr
-    before = greedy()  # auto, nothing built yet: eager, and how to build it
+    before = greedy(ws / "run")  # auto on a run trained with --no-build-decode: eager, and how to build it
     assert "`--decode compiled` builds" in before.stderr and before.stdout == eager.stdout
-    built = greedy("--decode", "compiled")
-    assert "compiled step ready" in built.stderr and "decode: compiled" in built.stderr
-    assert [p.suffix for p in (run / "compiled").iterdir()] == [".pt2"]
-    after = greedy()
+    assert not (ws / "run" / FOLDER).exists()
+
+    run = tmp_path / "run"  # the same training again (same seed and data: the same weights), with the build
+    trained = cli("train", *TINY, "--data", str(ws / "data"), "--out", str(run), "--build-decode")
+    passed(trained)
+    assert "decode: compiled step ready in" in trained.stderr
+    assert [p.suffix for p in (run / FOLDER).iterdir()] == [".pt2"]
+    after = greedy(run)
     assert "decode: compiled" in after.stderr and "ready" not in after.stderr  # loaded, not built again
-    assert built.stdout == after.stdout == eager.stdout
+    assert after.stdout == eager.stdout
+    (package,) = (run / FOLDER).iterdir()
+    built_at = package.stat().st_mtime_ns
+    again = greedy(run, "--decode", "compiled")  # loads the package the training built
+    assert again.stdout == eager.stdout and package.stat().st_mtime_ns == built_at
+
+    loaded = load_run(run)  # the Python API finds the step with no call of its own
+    assert decode_plan(loaded.model).path == "compiled"
+    text = generate_text(loaded, "Once", SamplingSettings(max_new_tokens=12, temperature=0))
+    assert eager.stdout.strip() == ("Once" + text).strip()
     wrong = cli("generate", str(run), "--prompt", "Once", "--decode", "fast")
     assert wrong.exit_code == 1 and "--decode" in wrong.output and "fast" in wrong.output
