@@ -124,17 +124,17 @@ quickstart: $(STAMP)
 # The fast tier (README's test command): every test folder, no test that starts a process, a server, a
 # training run, another Python or Ray (tests/alilama_tiers.py sorts them), each held to ALILAMA_FAST_LIMIT seconds.
 test: $(TEST_STAMP) $(GPT2_VOCAB_DIR)/.installed
-	@echo "running the fast tier on $(TEST_WORKERS) process(es): about 3 minutes on two free CPU cores (make test-all: everything)"
+	@echo "running the fast tier on $(TEST_WORKERS) process(es): about 4 minutes on two free CPU cores (make test-all: everything)"
 	$(BIN)/python -m pytest -q --benchmark-disable --tier fast $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 # The slow tier alone: what `make test` leaves out (CI runs both, so every test runs once).
 test-slow: $(TEST_STAMP) $(READERS_STAMP) $(GPT2_VOCAB_DIR)/.installed
-	@echo "running the slow tier on $(TEST_WORKERS) process(es): about 15 minutes on two free CPU cores"
+	@echo "running the slow tier on $(TEST_WORKERS) process(es): about 25 minutes on two free CPU cores"
 	$(BIN)/python -m pytest -q --benchmark-disable -m slow $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 # Both tiers in one run.
 test-all: $(TEST_STAMP) $(READERS_STAMP) $(GPT2_VOCAB_DIR)/.installed
-	@echo "running both tiers on $(TEST_WORKERS) process(es): about 18 minutes on two free CPU cores"
+	@echo "running both tiers on $(TEST_WORKERS) process(es): about half an hour on two free CPU cores"
 	$(BIN)/python -m pytest -q --benchmark-disable $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 # Lines covered by each tier, per layer (build/coverage-{fast,all}.txt); docs/contributing.md shows the table.

@@ -39,7 +39,7 @@ def test_the_quickstart_plans_by_its_budget_on_a_busy_machine(busy_core, tmp_pat
     out = ok(run_cli("quickstart", "--out", str(tmp_path / "qs"), "--stories", "2000", "--minutes", str(MINUTES)))
     run = tmp_path / "qs" / "run"
     # outside a terminal every message is one line, however long (no wrapping at 80 columns)
-    assert re.search(r"^\[4/5\] training for .+ an evaluation with samples at each quarter of the budget$", out, re.M)
+    assert re.search(r"^\[4/6\] training for .+ an evaluation with samples at each quarter of the budget$", out, re.M)
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     steps = rows[-1]["step"]
     assert steps >= 20, f"only {steps} steps in {MINUTES} min"
